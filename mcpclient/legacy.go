@@ -1,0 +1,654 @@
+package mcpclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// The legacy era rides on mcp-go v1.2.1's transports (Streamable HTTP with
+// Mcp-Session-Id and MCP-Protocol-Version, and stdio) but not on its
+// client.Client: that client probes server/discover first unless pinned
+// (client.WithProtocolVersion(mcp.ProtocolVersion20251125)), its CallTool
+// parser rejects a CreateTaskResult, and it re-encodes the capabilities
+// through its structs, losing the raw object a manifest hashes. So the
+// handshake is sent here, pinned to 2025-11-25, through
+// transport.SendRequest with string request ids ("tg-N", which never collide
+// with mcp-go's integer ids), and every answer is decoded and bounded here.
+
+const (
+	metaRelatedTask    = "io.modelcontextprotocol/related-task"
+	headerSessionID    = "Mcp-Session-Id"
+	headerProtoVersion = "MCP-Protocol-Version"
+)
+
+// legacyConn speaks 2025-11-25 Tasks.
+type legacyConn struct {
+	opts    Options
+	tr      transport.Interface
+	isHTTP  bool
+	info    ServerInfo
+	ids     atomic.Int64
+	tracker statusTracker
+	inputs  inputBroker
+
+	toolsMu sync.RWMutex
+	tools   []Tool
+
+	life   context.Context
+	cancel context.CancelFunc
+	closed atomic.Bool
+	wg     sync.WaitGroup
+}
+
+// newLegacy wires handlers on an unstarted-or-started transport.
+func newLegacy(opts Options, tr transport.Interface, isHTTP bool, life context.Context, cancel context.CancelFunc) *legacyConn {
+	c := &legacyConn{opts: opts, tr: tr, isHTTP: isHTTP, life: life, cancel: cancel}
+	c.inputs.onInput = opts.OnInput
+	tr.SetNotificationHandler(c.onNotification)
+	if bi, ok := tr.(transport.BidirectionalInterface); ok {
+		bi.SetRequestHandler(c.onRequest)
+	}
+	return c
+}
+
+// clientCapabilities are those declared in initialize.
+func (c *legacyConn) clientCapabilities() map[string]any {
+	caps := map[string]any{}
+	if c.opts.OnInput != nil {
+		caps["elicitation"] = map[string]any{"form": map[string]any{}, "url": map[string]any{}}
+	}
+	return caps
+}
+
+// handshake sends initialize pinned to 2025-11-25, then notifications/initialized.
+func (c *legacyConn) handshake(ctx context.Context, ev Evidence) error {
+	params := map[string]any{
+		"protocolVersion": string(EraLegacy),
+		"capabilities":    c.clientCapabilities(),
+		"clientInfo":      map[string]any{"name": c.opts.ClientName, "version": c.opts.ClientVersion},
+	}
+	raw, err := c.call(ctx, "initialize", params)
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	var res struct {
+		ProtocolVersion string          `json:"protocolVersion"`
+		Capabilities    json.RawMessage `json:"capabilities"`
+		ServerInfo      struct {
+			Name    string `json:"name"`
+			Version string `json:"version"`
+		} `json:"serverInfo"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("initialize: %w: %w", ErrMalformed, err)
+	}
+	caps, err := decodeCapabilities(res.Capabilities, EraLegacy)
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	if res.ProtocolVersion != string(EraLegacy) {
+		// Tasks exist only when both sides negotiated 2025-11-25: an older
+		// answer leaves every task capability off, never silently on.
+		caps = Capabilities{Known: true}
+	}
+	if hc, ok := c.tr.(transport.HTTPConnection); ok {
+		hc.SetProtocolVersion(res.ProtocolVersion)
+	}
+	note := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION, Notification: mcp.Notification{Method: "notifications/initialized"}}
+	if err := c.tr.SendNotification(ctx, note); err != nil {
+		return fmt.Errorf("notifications/initialized: %w", c.mapTransportErr(err))
+	}
+	ev.Era = EraLegacy
+	c.info = ServerInfo{
+		Era: EraLegacy, ProtocolVersion: res.ProtocolVersion,
+		Name: SanitizeMessage(res.ServerInfo.Name, 256), Version: SanitizeMessage(res.ServerInfo.Version, 128),
+		SessionID: c.tr.GetSessionId(), RawCapabilities: res.Capabilities, Capabilities: caps, Evidence: ev,
+	}
+	return nil
+}
+
+// resume restores a stored session without initialize.
+func (c *legacyConn) resume(r *Resume, ev Evidence) error {
+	caps := Capabilities{}
+	if len(r.Capabilities) > 0 {
+		var err error
+		if caps, err = decodeCapabilities(r.Capabilities, EraLegacy); err != nil {
+			return fmt.Errorf("resume: stored capabilities: %w", err)
+		}
+	}
+	if hc, ok := c.tr.(transport.HTTPConnection); ok {
+		hc.SetProtocolVersion(string(EraLegacy))
+	}
+	ev.Era = EraLegacy
+	c.info = ServerInfo{
+		Era: EraLegacy, ProtocolVersion: string(EraLegacy), Name: r.ServerName, Version: r.ServerVersion,
+		SessionID: r.SessionID, RawCapabilities: r.Capabilities, Capabilities: caps, Evidence: ev,
+	}
+	return nil
+}
+
+// call sends one request and returns its raw result or a mapped error.
+func (c *legacyConn) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	if c.closed.Load() {
+		return nil, fmt.Errorf("%s: %w: %w", method, ErrNotDelivered, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", method, ErrNotDelivered, err)
+	}
+	id := fmt.Sprintf("tg-%d", c.ids.Add(1))
+	resp, err := c.tr.SendRequest(ctx, transport.JSONRPCRequest{
+		JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id), Method: method, Params: params,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", method, c.mapTransportErr(err))
+	}
+	if resp == nil {
+		return nil, fmt.Errorf("%s: %w: no response", method, ErrTransportLost)
+	}
+	if resp.Error != nil {
+		rpc := &RPCError{Code: resp.Error.Code, Message: resp.Error.Message}
+		if resp.Error.Data != nil {
+			rpc.Data, _ = json.Marshal(resp.Error.Data)
+		}
+		rpc = sanitizeRPCError(rpc, c.opts.Limits)
+		if c.isHTTP && c.tr.GetSessionId() != "" && rpc.Code == -32000 && strings.Contains(strings.ToLower(rpc.Message), "session") {
+			// Tolerated peer: the TypeScript SDK's example servers (and
+			// server-everything) answer a forgotten Mcp-Session-Id with
+			// HTTP 400 and -32000 "No valid session ID provided" instead of
+			// the 404 the transport spec requires.
+			return nil, fmt.Errorf("%s: %w: %w", method, ErrSessionGone, rpc)
+		}
+		return nil, fmt.Errorf("%s: %w", method, mapRPCError(method, rpc))
+	}
+	if len(resp.Result) > c.opts.Limits.MaxMessage {
+		return nil, fmt.Errorf("%s: %w: %d bytes", method, ErrResultTooLarge, len(resp.Result))
+	}
+	return resp.Result, nil
+}
+
+// mapTransportErr maps mcp-go transport errors to this package's sentinels.
+func (c *legacyConn) mapTransportErr(err error) error {
+	var authErr *transport.AuthorizationRequiredError
+	switch {
+	case errors.Is(err, transport.ErrSessionTerminated), errors.Is(err, transport.ErrLegacySSEServer):
+		return fmt.Errorf("%w: %w", ErrSessionGone, err)
+	case errors.As(err, &authErr), errors.Is(err, transport.ErrUnauthorized):
+		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	case errors.Is(err, transport.ErrTransportClosed):
+		return fmt.Errorf("%w: %w", ErrTransportLost, err)
+	}
+	return classifySendError(true, err)
+}
+
+func (c *legacyConn) Info() ServerInfo {
+	info := c.info
+	if sid := c.tr.GetSessionId(); sid != "" {
+		info.SessionID = sid
+	}
+	return info
+}
+
+func (c *legacyConn) Tools() []Tool {
+	c.toolsMu.RLock()
+	defer c.toolsMu.RUnlock()
+	return append([]Tool(nil), c.tools...)
+}
+
+func (c *legacyConn) RefreshTools(ctx context.Context) ([]Tool, error) {
+	tools, err := listAllTools(ctx, EraLegacy, func(ctx context.Context, params map[string]any) (json.RawMessage, error) {
+		return c.call(ctx, "tools/list", params)
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.toolsMu.Lock()
+	c.tools = tools
+	c.toolsMu.Unlock()
+	return append([]Tool(nil), tools...), nil
+}
+
+// listAllTools pages through tools/list, refusing a cursor that repeats.
+func listAllTools(ctx context.Context, era Era, call func(context.Context, map[string]any) (json.RawMessage, error)) ([]Tool, error) {
+	var all []Tool
+	seen := map[string]bool{}
+	cursor := ""
+	for page := 0; ; page++ {
+		if page >= 1000 {
+			return nil, fmt.Errorf("tools/list: %w: more than 1000 pages", ErrMalformed)
+		}
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		raw, err := call(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		tools, next, err := decodeTools(raw, era)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, tools...)
+		if next == "" {
+			return all, nil
+		}
+		if seen[next] {
+			return nil, fmt.Errorf("tools/list: %w: cursor %q repeats", ErrMalformed, truncate(next, 64))
+		}
+		seen[next] = true
+		cursor = next
+	}
+}
+
+func (c *legacyConn) tool(name string) (Tool, bool) {
+	c.toolsMu.RLock()
+	defer c.toolsMu.RUnlock()
+	return findTool(c.tools, name)
+}
+
+func (c *legacyConn) CallTool(ctx context.Context, name string, args any, opts CallOptions) (*ToolResult, error) {
+	if t, ok := c.tool(name); ok && t.TaskSupport == TaskRequired {
+		return nil, fmt.Errorf("call %s: %w", name, ErrToolRequiresTask)
+	}
+	params := map[string]any{"name": name, "arguments": argsOrEmpty(args)}
+	if len(opts.Meta) > 0 {
+		params["_meta"] = opts.Meta
+	}
+	raw, err := c.call(ctx, "tools/call", params)
+	if err != nil {
+		return nil, fmt.Errorf("call %s: %w", name, err)
+	}
+	res, err := decodeToolResult(raw, c.opts.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("call %s: %w", name, err)
+	}
+	return res, nil
+}
+
+func argsOrEmpty(args any) any {
+	if args == nil {
+		return map[string]any{}
+	}
+	if raw, ok := args.(json.RawMessage); ok && len(raw) == 0 {
+		return map[string]any{}
+	}
+	return args
+}
+
+func (c *legacyConn) CreateTask(ctx context.Context, name string, args any, opts TaskOptions) (Task, error) {
+	caps := c.info.Capabilities
+	if !caps.Known || !caps.TasksToolsCall {
+		return Task{}, fmt.Errorf("create task with %s: %w", name, ErrTasksNotAdvertised)
+	}
+	t, ok := c.tool(name)
+	if !ok {
+		return Task{}, fmt.Errorf("create task with %s: %w", name, ErrUnknownTool)
+	}
+	if t.TaskSupport != TaskOptional && t.TaskSupport != TaskRequired {
+		return Task{}, fmt.Errorf("create task with %s: %w", name, ErrToolForbidsTask)
+	}
+	taskParam := map[string]any{}
+	if opts.TTL > 0 {
+		taskParam["ttl"] = opts.TTL.Milliseconds()
+	}
+	params := map[string]any{"name": name, "arguments": argsOrEmpty(args), "task": taskParam}
+	if len(opts.Meta) > 0 {
+		params["_meta"] = opts.Meta
+	}
+	raw, err := c.call(ctx, "tools/call", params)
+	if err != nil {
+		return Task{}, createFailure(name, err)
+	}
+	task, err := decodeLegacyCreate(raw, c.opts.Limits)
+	if err != nil {
+		return Task{}, fmt.Errorf("create task with %s: %w", name, err)
+	}
+	c.tracker.observe(task.ID, task.Status)
+	return task, nil
+}
+
+func (c *legacyConn) GetTask(ctx context.Context, taskID string) (Snapshot, error) {
+	raw, err := c.call(ctx, "tasks/get", map[string]any{"taskId": taskID})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("task %s: %w", taskID, err)
+	}
+	t, err := decodeTask(raw, EraLegacy, c.opts.Limits)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("task %s: %w", taskID, err)
+	}
+	if t.ID != taskID {
+		return Snapshot{}, fmt.Errorf("task %s: %w: answer names task %s", taskID, ErrMalformed, t.ID)
+	}
+	s := Snapshot{Task: t, InputRequests: c.inputs.list(taskID)}
+	if v := c.tracker.observe(taskID, t.Status); v != nil {
+		s.Violation = v
+	}
+	return s, nil
+}
+
+// AwaitOutcome calls tasks/result, which blocks until the task is terminal
+// and carries the server's elicitation requests meanwhile, then tasks/get
+// for the terminal status.
+func (c *legacyConn) AwaitOutcome(ctx context.Context, taskID string) (Outcome, error) {
+	raw, err := c.call(ctx, "tasks/result", map[string]any{"taskId": taskID})
+	var rpc *RPCError
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrUnknownTask), errIsTransport(err), !errors.As(err, &rpc):
+		return Outcome{}, fmt.Errorf("task %s result: %w", taskID, err)
+	}
+	out := Outcome{Era: EraLegacy}
+	if rpc != nil {
+		out.Error = rpc
+	} else {
+		res, derr := decodeToolResult(raw, c.opts.Limits)
+		if derr != nil {
+			return Outcome{}, fmt.Errorf("task %s result: %w", taskID, derr)
+		}
+		out.Result = res
+		out.ToolError = res.IsError
+	}
+	// The result carries no status: read it. A JSON-RPC error from
+	// tasks/result counts as the task's own only when the task is terminal
+	// (server-everything answers -32603 on a cancelled task).
+	snap, gerr := c.GetTask(ctx, taskID)
+	switch {
+	case gerr == nil && snap.Task.Status.Terminal():
+		out.Status = snap.Task.Status
+		t := snap.Task
+		out.Task = &t
+	case gerr == nil:
+		if rpc != nil {
+			return Outcome{}, fmt.Errorf("task %s result: %w (task still %s)", taskID, err, snap.Task.Status)
+		}
+		// A result before a terminal status: trust the result, the status
+		// will follow; report what the result implies.
+		out.Status = impliedStatus(out)
+	default:
+		out.Status = impliedStatus(out)
+	}
+	return out, nil
+}
+
+// impliedStatus is the legacy status a result implies when tasks/get could
+// not confirm it: a JSON-RPC error or isError result means failed.
+func impliedStatus(o Outcome) Status {
+	if o.Error != nil || o.ToolError {
+		return StatusFailed
+	}
+	return StatusCompleted
+}
+
+func (c *legacyConn) PendingInput(taskID string) []InputRequest { return c.inputs.list(taskID) }
+
+func (c *legacyConn) AnswerInput(ctx context.Context, taskID, key string, resp InputResponse) error {
+	p, err := c.inputs.claim(taskID, key)
+	if err != nil {
+		return err
+	}
+	if p.answer == nil {
+		c.inputs.unclaim(p)
+		return fmt.Errorf("task %s input %q: %w", taskID, key, ErrUnknownInput)
+	}
+	select {
+	case p.answer <- resp:
+		return nil
+	case <-ctx.Done():
+		c.inputs.unclaim(p)
+		return ctx.Err()
+	}
+}
+
+func (c *legacyConn) ListTasks(ctx context.Context, cursor string) (TaskPage, error) {
+	if caps := c.info.Capabilities; caps.Known && !caps.TasksList {
+		return TaskPage{}, fmt.Errorf("tasks/list: %w: server did not declare tasks.list", ErrNotSupported)
+	}
+	params := map[string]any{}
+	if cursor != "" {
+		params["cursor"] = cursor
+	}
+	raw, err := c.call(ctx, "tasks/list", params)
+	if err != nil {
+		return TaskPage{}, err
+	}
+	page, err := decodeTaskPage(raw, c.opts.Limits)
+	if err != nil {
+		return TaskPage{}, err
+	}
+	if page.NextCursor != "" && page.NextCursor == cursor {
+		return TaskPage{}, fmt.Errorf("tasks/list: %w: cursor did not advance", ErrMalformed)
+	}
+	return page, nil
+}
+
+func (c *legacyConn) CancelTask(ctx context.Context, taskID string) (CancelResult, error) {
+	if caps := c.info.Capabilities; caps.Known && !caps.TasksCancel {
+		return CancelResult{}, fmt.Errorf("cancel task %s: %w: server did not declare tasks.cancel", taskID, ErrNotSupported)
+	}
+	raw, err := c.call(ctx, "tasks/cancel", map[string]any{"taskId": taskID})
+	if err != nil {
+		return CancelResult{}, fmt.Errorf("cancel task %s: %w", taskID, err)
+	}
+	t, err := decodeTask(raw, EraLegacy, c.opts.Limits)
+	if err != nil {
+		return CancelResult{}, fmt.Errorf("cancel task %s: %w", taskID, err)
+	}
+	c.tracker.observe(taskID, t.Status)
+	return CancelResult{Task: &t}, nil
+}
+
+func (c *legacyConn) Seed(taskID string, status Status) { c.tracker.seed(taskID, status) }
+
+func (c *legacyConn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	c.cancel()
+	err := c.tr.Close()
+	c.wg.Wait()
+	return err
+}
+
+// onNotification handles server notifications from any stream.
+func (c *legacyConn) onNotification(n mcp.JSONRPCNotification) {
+	if n.Method != "notifications/tasks/status" || c.opts.OnStatus == nil {
+		return
+	}
+	raw, err := json.Marshal(n.Params)
+	if err != nil {
+		return
+	}
+	c.deliverStatus(raw)
+}
+
+// deliverStatus decodes a status notification's params (tolerating an empty
+// or extra _meta) and hands it to OnStatus.
+func (c *legacyConn) deliverStatus(params json.RawMessage) {
+	if c.opts.OnStatus == nil {
+		return
+	}
+	t, err := decodeTask(params, EraLegacy, c.opts.Limits)
+	if err != nil {
+		c.opts.Logger.Warn("mcpclient: dropped malformed task status notification", "err", err)
+		return
+	}
+	s := Snapshot{Task: t}
+	if v := c.tracker.observe(t.ID, t.Status); v != nil {
+		s.Violation = v
+	}
+	c.opts.OnStatus(s)
+}
+
+// onRequest answers server requests arriving on POST response streams (and,
+// on stdio, on the pipe).
+func (c *legacyConn) onRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	params, _ := json.Marshal(req.Params)
+	result, rpcErr := c.serve(ctx, req.Method, params)
+	if rpcErr != nil {
+		return transport.NewJSONRPCErrorResponse(req.ID, rpcErr.Code, rpcErr.Message, nil), nil
+	}
+	return transport.NewJSONRPCResultResponse(req.ID, result), nil
+}
+
+// serve handles one server request: ping, and elicitation/create routed by
+// its related-task _meta to the input broker, waiting for AnswerInput.
+func (c *legacyConn) serve(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, *RPCError) {
+	switch method {
+	case "ping":
+		return json.RawMessage(`{}`), nil
+	case "elicitation/create":
+	default:
+		return nil, &RPCError{Code: CodeMethodNotFound, Message: "method not supported by this client: " + truncate(method, 64)}
+	}
+	if c.opts.OnInput == nil {
+		return nil, &RPCError{Code: CodeMethodNotFound, Message: "this client does not accept elicitation"}
+	}
+	var meta struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	_ = json.Unmarshal(params, &meta)
+	var related struct {
+		TaskID string `json:"taskId"`
+	}
+	_ = json.Unmarshal(meta.Meta[metaRelatedTask], &related)
+	key := fmt.Sprintf("elicit-%d", c.ids.Add(1))
+	req, err := decodeInputParams(related.TaskID, key, method, params, c.opts.Limits)
+	if err != nil {
+		return nil, &RPCError{Code: CodeInvalidParams, Message: "invalid elicitation params"}
+	}
+	ch := c.inputs.register(req)
+	timer := time.NewTimer(c.opts.InputWait)
+	defer timer.Stop()
+	select {
+	case ans := <-ch:
+		out := map[string]any{"action": string(ans.Action)}
+		if ans.Action == ActionAccept {
+			out["content"] = ans.Content
+		}
+		raw, _ := json.Marshal(out)
+		return raw, nil
+	case <-ctx.Done():
+	case <-c.life.Done():
+	case <-timer.C:
+	}
+	c.inputs.drop(req.TaskID, key)
+	return nil, &RPCError{Code: CodeInternalError, Message: "no answer to the elicitation in time"}
+}
+
+// listen keeps the legacy GET event stream open on the current session and
+// dispatches what arrives there: status notifications and server requests
+// (answered with a POST). mcp-go's own listener only starts after an
+// initialize it sent itself, so a resumed session would get none; this one
+// serves both. It stops on 405 (no stream offered), on a gone session, and
+// on Close.
+func (c *legacyConn) listen() {
+	defer c.wg.Done()
+	failures := 0
+	for c.life.Err() == nil {
+		opened, stop := c.listenOnce()
+		if stop {
+			return
+		}
+		if opened {
+			failures = 0
+		} else {
+			failures++
+		}
+		if failures > 5 {
+			c.opts.Logger.Info("mcpclient: GET event stream unavailable, relying on polling", "server", c.opts.URL)
+			return
+		}
+		if sleepCtx(c.life, time.Duration(200*(failures+1))*time.Millisecond) != nil {
+			return
+		}
+	}
+}
+
+func (c *legacyConn) listenOnce() (opened, stop bool) {
+	req, err := http.NewRequestWithContext(c.life, http.MethodGet, c.opts.URL, nil)
+	if err != nil {
+		return false, true
+	}
+	c.sessionHeaders(req.Header)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.opts.HTTPClient.Do(req)
+	if err != nil {
+		return false, c.life.Err() != nil
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusMethodNotAllowed, resp.StatusCode == http.StatusNotFound:
+		return false, true
+	case resp.StatusCode != http.StatusOK:
+		return false, false
+	}
+	_ = readSSE(resp.Body, c.opts.Limits.MaxMessage, func(data []byte) bool {
+		m, err := decodeMessage(data, c.opts.Limits)
+		if err != nil {
+			return false
+		}
+		switch {
+		case m.isNotification() && m.Method == "notifications/tasks/status":
+			c.deliverStatus(m.Params)
+		case m.isRequest():
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				result, rpcErr := c.serve(c.life, m.Method, m.Params)
+				c.respond(m.ID, result, rpcErr)
+			}()
+		}
+		return c.life.Err() != nil
+	})
+	return true, false
+}
+
+// sessionHeaders sets the session, protocol and auth headers.
+func (c *legacyConn) sessionHeaders(h http.Header) {
+	if sid := c.tr.GetSessionId(); sid != "" {
+		h.Set(headerSessionID, sid)
+	}
+	h.Set(headerProtoVersion, c.info.ProtocolVersion)
+	if c.opts.Token != "" {
+		h.Set("Authorization", "Bearer "+c.opts.Token)
+	}
+}
+
+// respond POSTs the answer to a server request that came on the GET stream.
+func (c *legacyConn) respond(id json.RawMessage, result json.RawMessage, rpcErr *RPCError) {
+	msg := map[string]any{"jsonrpc": "2.0", "id": id}
+	if rpcErr != nil {
+		msg["error"] = rpcErr
+	} else {
+		msg["result"] = result
+	}
+	body, _ := json.Marshal(msg)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.life), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.opts.URL, bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	c.sessionHeaders(req.Header)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := c.opts.HTTPClient.Do(req)
+	if err != nil {
+		c.opts.Logger.Warn("mcpclient: could not deliver answer to server request", "err", err)
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}
