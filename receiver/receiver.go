@@ -147,13 +147,13 @@ func (c *Config) withDefaults() {
 // Receiver is the reference MCP Task receiver. Create it with New, serve
 // Handler (or ServeStdio), and Close it to stop its background work.
 type Receiver struct {
-	cfg     Config
-	log     *slog.Logger
-	knobs   *Knobs
-	tasks   *taskStore
-	records *Records
-	jobs    *jobStore
-	stats   *counters
+	cfg      Config
+	log      *slog.Logger
+	knobs    *Knobs
+	tasks    *taskStore
+	records  *Records
+	jobs     *jobStore
+	stats    *counters
 	stateKey []byte // HMAC key for MRTR requestState
 
 	sessMu   sync.Mutex
