@@ -628,6 +628,9 @@ func (c *legacyConn) sessionHeaders(h http.Header) {
 
 // respond POSTs the answer to a server request that came on the GET stream.
 func (c *legacyConn) respond(id json.RawMessage, result json.RawMessage, rpcErr *RPCError) {
+	if c.closed.Load() {
+		return
+	}
 	msg := map[string]any{"jsonrpc": "2.0", "id": id}
 	if rpcErr != nil {
 		msg["error"] = rpcErr
