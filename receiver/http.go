@@ -50,11 +50,11 @@ func acceptsSSE(req *http.Request) bool {
 
 // isModernRequest tells a 2026-07-28 request apart from a 2025-11-25 one.
 func isModernRequest(req *http.Request, m *message) bool {
-	if v := req.Header.Get("MCP-Protocol-Version"); v != "" {
-		return !legacyVersions[v]
-	}
 	if req.Header.Get("Mcp-Session-Id") != "" {
 		return false
+	}
+	if v := req.Header.Get("MCP-Protocol-Version"); v != "" {
+		return !legacyVersions[v]
 	}
 	if m.Method == "server/discover" {
 		return true
@@ -159,7 +159,7 @@ func (r *Receiver) serveModernPOST(w http.ResponseWriter, req *http.Request, ide
 		return
 	}
 	if rerr := r.checkModernHeaders(req, m, p); rerr != nil {
-		r.writeModernError(w, m.ID, rerr)
+		writeJSON(w, http.StatusBadRequest, response(m.ID, nil, rerr))
 		return
 	}
 	r.stats.add(func(c *Counters) { c.Methods[m.Method]++ })
