@@ -393,7 +393,7 @@ func modernCall(t testing.TB, b *bundle, method string, params obj, o modernOpts
 	defer resp.Body.Close()
 	var out rpcResp
 	raw, _ := io.ReadAll(resp.Body)
-	if len(bytes.TrimSpace(raw)) > 0 {
+	if len(bytes.TrimSpace(raw)) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		if err := json.Unmarshal(raw, &out); err != nil {
 			t.Fatalf("%s: HTTP %d: decode %q: %v", method, resp.StatusCode, raw, err)
 		}

@@ -92,7 +92,9 @@ func (k *Knobs) SSEResponses(on bool) {
 func (k *Knobs) Reset() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	*k = Knobs{perTool: map[string]Fault{}}
+	k.global, k.perTool = Fault{}, map[string]Fault{}
+	k.refuseGetLeft, k.refuseGetUntil, k.refuseGetStatus = 0, time.Time{}, 0
+	k.inputOnGet, k.sseResponses, k.delayAll = false, false, 0
 }
 
 func (k *Knobs) fault(tool string) Fault {
