@@ -101,7 +101,7 @@ func (r *Receiver) legacyToolsCall(rc *reqCtx, p obj) reply {
 		if f.Duplicate {
 			_, _ = r.startTask(rc.ident, eraLegacy, rc.sess.id, ttl, call)
 		}
-		res := obj{"task": r.tasks.snapshot(t).legacyTask(), "_meta": obj{"io.modelcontextprotocol/model-immediate-response": call.tool.name + " started as task " + t.id}}
+		res := obj{"task": t.legacyTask(), "_meta": obj{"io.modelcontextprotocol/model-immediate-response": call.tool.name + " started as task " + t.ID}}
 		return reply{result: res, dropBefore: f.DropBeforeCreateResult, dropAfter: f.DropAfterCreateResult, delay: f.Delay}
 	}
 	if call.tool.support == SupportRequired {
@@ -157,13 +157,15 @@ func (r *Receiver) plainAsker(rc *reqCtx) asker {
 }
 
 // startTask creates a task for call and runs the tool in the background.
-func (r *Receiver) startTask(ident Identity, e era, sessionID string, ttl time.Duration, call *toolCall) (*task, *rpcError) {
+// It returns the task as created (working), whatever the tool does next.
+func (r *Receiver) startTask(ident Identity, e era, sessionID string, ttl time.Duration, call *toolCall) (taskSnapshot, *rpcError) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	t, rerr := r.tasks.create(ident, e, call.tool.name, sessionID, ttl, cancel)
 	if rerr != nil {
 		cancel()
-		return nil, rerr
+		return taskSnapshot{}, rerr
 	}
+	created := r.tasks.snapshot(t)
 	r.log.Info("task created", "task", t.id, "tenant", ident.Tenant, "actor", ident.Actor, "tool", call.tool.name, "era", e)
 	r.goBackground(func() {
 		defer cancel()
@@ -175,7 +177,7 @@ func (r *Receiver) startTask(ident Identity, e era, sessionID string, ttl time.D
 		}
 		r.tasks.finish(t, res, rerr)
 	})
-	return t, nil
+	return created, nil
 }
 
 func (r *Receiver) taskParam(rc *reqCtx, p obj) (*task, string, *rpcError) {

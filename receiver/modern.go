@@ -165,7 +165,7 @@ func (r *Receiver) modernToolsCall(rc *reqCtx, p obj) reply {
 		if f.Duplicate {
 			_, _ = r.startTask(rc.ident, eraExtension, "", r.cfg.DefaultTTL, call)
 		}
-		res := r.tasks.snapshot(t).extensionTask()
+		res := t.extensionTask()
 		res["resultType"] = "task"
 		return reply{result: res, dropBefore: f.DropBeforeCreateResult, dropAfter: f.DropAfterCreateResult, delay: f.Delay}
 	}
