@@ -65,7 +65,9 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 			"workflows[0].effect", 10, "want read_only"},
 		{"sync without max duration", func(s string) string { return strings.Replace(s, "{kind: reject}", "{kind: sync}", 1) },
 			"workflows[0].fallback.max_duration", 12, "needs max_duration"},
-		{"long sync for a required workflow", func(s string) string { return strings.Replace(s, "{kind: reject}", "{kind: sync, max_duration: 10m}", 1) },
+		{"long sync for a required workflow", func(s string) string {
+			return strings.Replace(s, "{kind: reject}", "{kind: sync, max_duration: 10m}", 1)
+		},
 			"workflows[0].fallback.max_duration", 12, "only for short calls"},
 		{"unknown owner", func(s string) string { return strings.Replace(s, "owners: [team]", "owners: [ghost]", 1) },
 			"workflows[0].owners[0]", 13, `owner "ghost"`},
