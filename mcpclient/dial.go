@@ -30,9 +30,11 @@ type probeAnswer struct {
 }
 
 // tasksEra is the Tasks era a modern answer implies: the extension only
-// when advertised without the legacy capabilities.tasks.
+// when a discover result advertised it without the legacy capabilities.tasks.
+// A modern error without a result (-32022 for the only modern version this
+// client speaks, -32021, -32020) leaves no usable extension: legacy is tried.
 func (p probeAnswer) tasksEra() Era {
-	if p.modern && (p.disc == nil || p.disc.caps.Extension) {
+	if p.modern && p.disc != nil && p.disc.caps.Extension {
 		return EraExtension
 	}
 	return EraLegacy
