@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/taskgate/taskgate/receiver"
+)
+
+// runReceiver implements "console receiver --addr 127.0.0.1:PORT".
+func runReceiver(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("receiver", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	addr := fs.String("addr", "127.0.0.1:8090", "listen address (loopback unless you mean it)")
+	eras := fs.String("eras", "both", "eras served: both, legacy (2025-11-25) or extension (2026-07-28)")
+	tokens := fs.String("tokens", "", "comma-separated TOKEN=TENANT:ACTOR bindings; empty = unauthenticated single-user mode")
+	fs.Usage = func() {
+		fmt.Fprintln(stdout, "usage: console receiver [--addr 127.0.0.1:PORT] [--eras both|legacy|extension] [--tokens T=TENANT:ACTOR,...]")
+		fmt.Fprintln(stdout, "Runs the reference MCP Task receiver: MCP at /mcp, the fake system of record at")
+		fmt.Fprintln(stdout, "/records/{key} and the fake job API at /jobs.")
+		fs.PrintDefaults()
+	}
+	if _, help, err := parseFlags(fs, args); help || err != nil {
+		return err
+	}
+	cfg := receiver.Config{Tokens: map[string]receiver.Identity{}}
+	switch *eras {
+	case "both":
+		cfg.Eras = receiver.ErasBoth
+	case "legacy":
+		cfg.Eras = receiver.ErasLegacy
+	case "extension":
+		cfg.Eras = receiver.ErasExtension
+	default:
+		return fmt.Errorf("receiver: --eras %q: want both, legacy or extension", *eras)
+	}
+	for _, b := range strings.Split(*tokens, ",") {
+		if b = strings.TrimSpace(b); b == "" {
+			continue
+		}
+		tok, who, ok := strings.Cut(b, "=")
+		tenant, actor, ok2 := strings.Cut(who, ":")
+		if !ok || !ok2 || tok == "" || tenant == "" || actor == "" {
+			return fmt.Errorf("receiver: --tokens entry must be TOKEN=TENANT:ACTOR")
+		}
+		cfg.Tokens[tok] = receiver.Identity{Tenant: tenant, Actor: actor}
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("receiver: listen %s: %w", *addr, err)
+	}
+	logger := slog.New(slog.NewTextHandler(stdout, nil))
+	cfg.Logger = logger
+	r := receiver.New(cfg)
+	defer r.Close()
+	fmt.Fprintf(stdout, "reference receiver: MCP endpoint http://%s/mcp\n", ln.Addr())
+	return r.Serve(ctx, ln)
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/examples"
+	"github.com/taskgate/taskgate/migrations"
+	"github.com/taskgate/taskgate/receiver"
+	"github.com/taskgate/taskgate/web"
+)
+
+// runServe implements "console serve": the console on embedded defaults unless told otherwise.
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	var dbf dbFlags
+	dbf.register(fs, getenv)
+	addr := fs.String("addr", envOr(getenv, "TASKGATE_ADDR", "127.0.0.1:8080"), "listen address (env TASKGATE_ADDR)")
+	policyPath := fs.String("config", getenv("TASKGATE_CONFIG"), "policy file (env TASKGATE_CONFIG); empty = the embedded example policy")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(stdout, "usage: console serve [OPTIONS]")
+		fmt.Fprintln(stdout, "Runs the console. With no DATABASE_URL it starts a private PostgreSQL cluster in")
+		fmt.Fprintln(stdout, "DATA_DIR/pg; with no policy file it runs the embedded demo policy and its in-process")
+		fmt.Fprintln(stdout, "reference receiver.")
+		fmt.Fprintln(stdout, "Options:")
+		fs.PrintDefaults()
+	}
+	if _, help, err := parseFlags(fs, args); help || err != nil {
+		return err
+	}
+	logger, err := newLogger(stdout, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+
+	policy, err := loadPolicy(*policyPath)
+	if err != nil {
+		return err
+	}
+	// Listen before starting the database, so a taken port fails fast and leaves nothing running.
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *addr, err)
+	}
+	defer ln.Close()
+
+	db, err := openDatabase(ctx, dbf, logger)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := migrateUp(ctx, db.Pool, logger); err != nil {
+		return err
+	}
+	if _, err := config.NewStore(db.Pool).Record(ctx, policy); err != nil {
+		return err
+	}
+
+	// The built-in demo receiver runs in-process on a loopback port of its own.
+	var demoURL string
+	if usesDemo(policy) {
+		rln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("demo receiver: %w", err)
+		}
+		rcv := receiver.New(receiver.Config{Logger: logger.With("component", "demo-receiver")})
+		defer rcv.Close()
+		rctx, stopReceiver := context.WithCancel(context.WithoutCancel(ctx))
+		rdone := make(chan struct{})
+		go func() {
+			defer close(rdone)
+			if err := rcv.Serve(rctx, rln); err != nil {
+				logger.Error("demo receiver stopped", "err", err)
+			}
+		}()
+		defer func() { stopReceiver(); <-rdone }()
+		demoURL = "http://" + rln.Addr().String()
+	}
+
+	runner, err := migrations.NewRunner(db.Pool)
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := web.NewServer(web.Deps{
+		Logger:   logger,
+		Registry: reg,
+		Version:  buildVersion(),
+		Policy:   policy,
+		Ready: web.ReadinessFunc(func(ctx context.Context) error {
+			if err := db.Pool.Ping(ctx); err != nil {
+				return fmt.Errorf("database unreachable: %w", err)
+			}
+			return runner.Current(ctx)
+		}),
+	})
+	if err != nil {
+		return err
+	}
+	httpSrv := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, "\nTaskgate console ready at %s\n", url)
+	if dbf.url == "" {
+		fmt.Fprintf(stdout, "  database: private PostgreSQL cluster in %s\n", strings.TrimRight(dbf.dataDir, "/")+"/pg")
+	}
+	fmt.Fprintf(stdout, "  policy:   %s (%d workflows)\n", policy.Source, len(policy.Workflows))
+	if demoURL != "" {
+		fmt.Fprintf(stdout, "  demo MCP receiver: %s/mcp\n", demoURL)
+	}
+	fmt.Fprintln(stdout, "  stop with Ctrl-C")
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		logger.Warn("http shutdown", "err", err)
+	}
+	return nil
+}
+
+// loadPolicy reads the policy file, or the embedded example when path is empty.
+func loadPolicy(path string) (*config.Config, error) {
+	if path == "" {
+		c, err := config.Parse(examples.Policy)
+		if err != nil {
+			return nil, fmt.Errorf("embedded policy: %w", err)
+		}
+		c.Source = "embedded examples/taskgate.yaml"
+		return c, nil
+	}
+	return config.Load(path)
+}
+
+func usesDemo(c *config.Config) bool {
+	for _, s := range c.Servers {
+		if s.URL == "builtin:demo" {
+			return true
+		}
+	}
+	return false
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

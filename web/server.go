@@ -1,0 +1,101 @@
+// Package web is Taskgate's operator console and HTTP API: chi routes, handlers, templ pages and
+// embedded static assets. It imports the domain packages; they never import it.
+package web
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taskgate/taskgate/config"
+)
+
+//go:embed static
+var staticFS embed.FS
+
+// Readiness reports whether the console can serve: the database reachable and its schema
+// current. A nil error means ready; otherwise the error says why not.
+type Readiness interface {
+	Ready(ctx context.Context) error
+}
+
+// ReadinessFunc adapts a function to Readiness.
+type ReadinessFunc func(ctx context.Context) error
+
+// Ready calls f.
+func (f ReadinessFunc) Ready(ctx context.Context) error { return f(ctx) }
+
+// Deps are what the console's handlers need.
+type Deps struct {
+	// Logger receives request logs and handler errors.
+	Logger *slog.Logger
+	// Ready backs /readyz.
+	Ready Readiness
+	// Registry collects the metrics served at /metrics; NewServer registers its own on it.
+	Registry *prometheus.Registry
+	// Version is the build shown in the footer.
+	Version string
+	// Policy is the policy file in force.
+	Policy *config.Config
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server is the console's HTTP handler.
+type Server struct {
+	deps    Deps
+	metrics *httpMetrics
+	handler http.Handler
+}
+
+// NewServer builds the console's handler with every route in routes.go.
+func NewServer(deps Deps) (*Server, error) {
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Registry == nil {
+		deps.Registry = prometheus.NewRegistry()
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.Ready == nil {
+		return nil, errors.New("web: Deps.Ready is required")
+	}
+	m, err := newHTTPMetrics(deps.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{deps: deps, metrics: m}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// ServeHTTP serves the console.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// render writes a templ component with status. It renders into a buffer first, so a failure
+// never sends half a page.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
+	var buf bytes.Buffer
+	if err := c.Render(r.Context(), &buf); err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// serverError logs err with the request id and answers with a safe message.
+func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
+	s.deps.Logger.ErrorContext(r.Context(), "request failed", "err", err, "path", r.URL.Path, "request_id", requestID(r.Context()))
+	http.Error(w, "internal error (request "+requestID(r.Context())+")", http.StatusInternalServerError)
+}
