@@ -117,7 +117,22 @@ type Workflow struct {
 	IdempotencyArgument string `yaml:"idempotency_argument"`
 	// KeepResult allows storing the full result (capped); otherwise only the envelope is kept.
 	KeepResult bool `yaml:"keep_result"`
+	// RetryAfter is the Retry-After sent with a 429 at the concurrency cap (default 30s).
+	RetryAfter Duration `yaml:"retry_after"`
+	// Stage is the rollout stage the workflow starts in before an operator changes it:
+	// off (default), shadow, canary or full.
+	Stage string `yaml:"stage"`
+	// CanaryPercent is the share of tenants (0-100) on the Task route in the canary stage.
+	CanaryPercent int `yaml:"canary_percent"`
 }
+
+// Rollout stages.
+const (
+	StageOff    = "off"
+	StageShadow = "shadow"
+	StageCanary = "canary"
+	StageFull   = "full"
+)
 
 // Fallback is a workflow's non-Task route.
 type Fallback struct {
@@ -328,6 +343,12 @@ func (c *Config) applyDefaults() {
 		if w.Verifier.Kind == "" {
 			w.Verifier.Kind = "none"
 		}
+		if w.RetryAfter.Duration == 0 {
+			w.RetryAfter.Duration = 30 * time.Second
+		}
+		if w.Stage == "" {
+			w.Stage = StageOff
+		}
 		def := func(b *Budget, d time.Duration, retries int) {
 			if b.Timeout.Duration == 0 {
 				b.Timeout.Duration = d
@@ -492,6 +513,14 @@ func (c *Config) validate(v *validator) {
 		case "429", "fallback":
 		default:
 			at("want 429 or fallback", "backpressure")
+		}
+		switch w.Stage {
+		case StageOff, StageShadow, StageCanary, StageFull:
+		default:
+			at("want off, shadow, canary or full", "stage")
+		}
+		if w.CanaryPercent < 0 || w.CanaryPercent > 100 {
+			at("want 0 to 100", "canary_percent")
 		}
 		for j, o := range w.Owners {
 			if !owners[o] {

@@ -78,6 +78,10 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		{"duplicate workflow", func(s string) string {
 			return s + "  - name: wf\n    server: s1\n    tool: t\n    effect: read_only\n    task_use: never\n    fallback: {kind: reject}\n    owners: [team]\n"
 		}, "workflows[1].name", 14, "defined twice"},
+		{"bad stage", func(s string) string { return s + "    stage: everywhere\n" },
+			"workflows[0].stage", 14, "want off, shadow, canary or full"},
+		{"canary percent over 100", func(s string) string { return s + "    stage: canary\n    canary_percent: 101\n" },
+			"workflows[0].canary_percent", 15, "want 0 to 100"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
