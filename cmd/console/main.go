@@ -90,7 +90,9 @@ Environment:
 // run is the whole program: main passes the process's arguments, environment and stdout.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		cmd, args = "help", args[1:]
+	} else if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -107,7 +109,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case "version":
 		fmt.Fprintln(stdout, "taskgate", buildVersion())
 		return nil
-	case "help", "-h", "--help":
+	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}

@@ -120,6 +120,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if binDir, err = FindBinaries(); err != nil {
 			return nil, err
 		}
+	} else if !isExec(filepath.Join(binDir, "initdb")) || !isExec(filepath.Join(binDir, "postgres")) {
+		return nil, fmt.Errorf("%s: %w", binDir, ErrNoBinaries)
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {

@@ -1,0 +1,103 @@
+package pgcluster_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskgate/taskgate/internal/pgcluster"
+)
+
+func clusterDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tg-pgcluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "pg")
+}
+
+// TestStalePidFileFromDeadServer writes a postmaster.pid naming a process that is gone, as a
+// crash of the whole machine would leave, and checks the cluster starts anyway.
+func TestStalePidFileFromDeadServer(t *testing.T) {
+	t.Parallel()
+	dir := clusterDir(t)
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(c.DataDir(), "postmaster.pid")
+	if err := os.WriteFile(pidFile, []byte("999999\n"+c.DataDir()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("start with a stale pid file: %v", err)
+	}
+	defer c2.Remove()
+	conn, err := pgx.Connect(ctx, c2.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var one int
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("query: %v", err)
+	}
+}
+
+// TestNoTCPListener checks the server listens on its Unix socket only.
+func TestNoTCPListener(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: clusterDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Remove()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var addrs string
+	if err := conn.QueryRow(ctx, "SHOW listen_addresses").Scan(&addrs); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(addrs) != "" {
+		t.Fatalf("listen_addresses = %q, want none", addrs)
+	}
+	if !strings.Contains(c.URL("x"), "host=%2F") {
+		t.Fatalf("URL %q does not use a socket directory", c.URL("x"))
+	}
+}
+
+func TestLockRefusesSecondHolder(t *testing.T) {
+	t.Parallel()
+	dir := clusterDir(t)
+	release, err := pgcluster.Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgcluster.Lock(dir); err == nil || !strings.Contains(err.Error(), "held by pid") {
+		t.Fatalf("second lock: %v", err)
+	}
+	release()
+	release2, err := pgcluster.Lock(dir)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	release2()
+}
