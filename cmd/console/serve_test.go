@@ -111,7 +111,9 @@ func startConsole(t testing.TB, args ...string) *console {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &console{out: newSyncBuffer(), cancel: cancel, done: make(chan error, 1)}
-	go func() { c.done <- run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), func(string) string { return "" }, c.out) }()
+	go func() {
+		c.done <- run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), func(string) string { return "" }, c.out)
+	}()
 	c.url = c.out.waitFor(t, readyLine, c.done)
 	t.Cleanup(func() { c.stop(t) })
 	return c
