@@ -1,0 +1,39 @@
+# Taskgate — run `make help` for the targets.
+GO       ?= go
+PKGS     ?= ./...
+TESTFLAGS ?= -count=1 -timeout 25m
+
+.PHONY: help run test generate verify lint bench fuzz
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+run: ## run the console on embedded defaults (private PostgreSQL, demo receiver, demo policy)
+	$(GO) run ./cmd/console
+
+test: ## run every test (installs missing PostgreSQL, Chromium and Node as root)
+	./scripts/test-deps
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+generate: ## regenerate templ views
+	$(GO) tool templ generate -path web
+
+verify: generate ## regenerate and fail on a diff; gofmt; go vet
+	@git diff --exit-code -- '*_templ.go' || (echo "generated templ code is stale: run make generate and commit" && exit 1)
+	@test -z "$$(git ls-files --others --exclude-standard -- '*_templ.go')" || (echo "untracked generated templ code: commit it" && exit 1)
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); test -z "$$out" || (echo "not gofmt'd: $$out" && exit 1)
+	$(GO) vet $(PKGS)
+
+lint: ## static checks: go vet and gofmt
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); test -z "$$out" || (echo "not gofmt'd: $$out" && exit 1)
+
+bench: ## run the benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+fuzz: ## run every fuzz target for FUZZTIME (default 60s) each
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-60s} $$pkg || exit 1; \
+	  done; \
+	done
