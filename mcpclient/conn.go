@@ -78,9 +78,18 @@ type Conn interface {
 	Close() error
 }
 
+// MetaOperationID is the params._meta key that carries Taskgate's operation
+// id on a tools/call (plain or task route). The reference receiver uses it as
+// the idempotency key of the effect when the arguments carry none.
+const MetaOperationID = "io.taskgate/operation-id"
+
 // CallOptions tune one tools/call.
 type CallOptions struct {
-	// Meta is merged into params._meta (e.g. the operation id).
+	// OperationID is Taskgate's operation id, sent as
+	// params._meta["io.taskgate/operation-id"] in both eras; "" sends none.
+	OperationID string
+	// Meta is merged into params._meta. OperationID, when set, wins over a
+	// MetaOperationID key here; the extension era's protocol keys win over both.
 	Meta map[string]any
 	// Answer answers multi-round-trip input requests of the extension era
 	// (resultType input_required on tools/call). Nil: the call returns an
@@ -396,6 +405,19 @@ func sortInputs(in []InputRequest) {
 			in[j], in[j-1] = in[j-1], in[j]
 		}
 	}
+}
+
+// callMeta is the caller's params._meta of a tools/call: opts.Meta plus the
+// operation id. It returns nil when there is nothing to send.
+func callMeta(opts CallOptions) map[string]any {
+	if len(opts.Meta) == 0 && opts.OperationID == "" {
+		return nil
+	}
+	out := mergeMeta(opts.Meta, nil)
+	if opts.OperationID != "" {
+		out[MetaOperationID] = opts.OperationID
+	}
+	return out
 }
 
 // mergeMeta returns a copy of meta with extra merged in.

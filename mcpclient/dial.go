@@ -59,23 +59,34 @@ func interpretDiscover(ev Evidence, m *wireMessage) (probeAnswer, error) {
 			}
 			_ = json.Unmarshal(m.Error.Data, &data)
 			ev.SupportedVersions = truncList(data.Supported)
+			ev.ModernServer = true
 			return probeAnswer{ev: ev, modern: true}, nil
 		case CodeMissingCapability, CodeHeaderMismatch:
+			ev.ModernServer = true
 			return probeAnswer{ev: ev, modern: true}, nil
 		}
 		return probeAnswer{ev: ev}, nil
 	}
+	type implementation struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	}
 	var res struct {
 		SupportedVersions []string        `json:"supportedVersions"`
 		Capabilities      json.RawMessage `json:"capabilities"`
-		ServerInfo        struct {
-			Name    string `json:"name"`
-			Version string `json:"version"`
-		} `json:"serverInfo"`
+		// The modern core carries the implementation in
+		// _meta["io.modelcontextprotocol/serverInfo"]; a top-level
+		// serverInfo (initialize's place) is read as a fallback.
+		ServerInfo implementation `json:"serverInfo"`
+		Meta map[string]json.RawMessage `json:"_meta"`
 	}
 	if err := json.Unmarshal(m.Result, &res); err != nil {
 		ev.Answer = "undecodable discover result"
 		return probeAnswer{ev: ev}, nil
+	}
+	var metaInfo implementation
+	if raw, ok := res.Meta["io.modelcontextprotocol/serverInfo"]; ok && json.Unmarshal(raw, &metaInfo) == nil && metaInfo.Name != "" {
+		res.ServerInfo = metaInfo
 	}
 	ev.SupportedVersions = truncList(res.SupportedVersions)
 	if !slices.Contains(res.SupportedVersions, string(EraExtension)) {
@@ -87,6 +98,7 @@ func interpretDiscover(ev Evidence, m *wireMessage) (probeAnswer, error) {
 		ev.Answer = "discover result with undecodable capabilities"
 		return probeAnswer{ev: ev}, nil
 	}
+	ev.ModernServer = true
 	d := &discovered{versions: res.SupportedVersions, rawCaps: res.Capabilities, caps: caps,
 		name: SanitizeMessage(res.ServerInfo.Name, 256), version: SanitizeMessage(res.ServerInfo.Version, 128)}
 	switch {
@@ -123,7 +135,11 @@ func probeHTTP(ctx context.Context, h *httpRPC) (probeAnswer, error) {
 	rep, err := h.post(ctx, "tg-discover", body, hdr, nil)
 	ev.HTTPStatus = rep.status
 	if err != nil {
-		if errors.Is(err, ErrNotDelivered) || errors.Is(err, ErrTransportLost) || errors.Is(err, ErrUnauthorized) {
+		// Only a failed transport (no HTTP answer, or a stream cut short) and
+		// refused credentials stop detection; any other HTTP answer without a
+		// modern error body (404, 405, 5xx, HTML…) means legacy.
+		if rep.status == 0 || errors.Is(err, ErrNotDelivered) || errors.Is(err, ErrUnauthorized) ||
+			(rep.status == http.StatusOK && errors.Is(err, ErrTransportLost)) {
 			return probeAnswer{}, fmt.Errorf("detect era: %w", err)
 		}
 		ev.Answer = fmt.Sprintf("HTTP %d without a modern answer", rep.status)
@@ -177,6 +193,7 @@ func probeStdio(ctx context.Context, tr transport.Interface, timeout time.Durati
 	if p.modern && p.disc == nil && p.ev.ErrorCode != CodeUnsupportedVersion {
 		// -32021/-32020 are not modern answers on stdio (no headers there).
 		p.modern = false
+		p.ev.ModernServer = false
 	}
 	return p, nil
 }

@@ -17,6 +17,10 @@ var (
 	// expired and purged, or another authorisation context's task). A
 	// -32602 answer to tasks/get, tasks/result, tasks/cancel or tasks/update.
 	ErrUnknownTask = errors.New("unknown or expired task")
+	// ErrTaskTerminal: a legacy tasks/cancel of a task that is already
+	// terminal. The receiver answers -32602 as for an unknown id; the client
+	// tells the two apart with a tasks/get, so this never wraps ErrUnknownTask.
+	ErrTaskTerminal = errors.New("task already terminal")
 	// ErrInvalidParams: a -32602 answer to any other request.
 	ErrInvalidParams = errors.New("invalid params")
 	// ErrMethodNotFound: a -32601 answer.

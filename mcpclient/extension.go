@@ -180,7 +180,7 @@ func (c *extConn) callRounds(ctx context.Context, name string, args any, opts Ca
 	if rounds <= 0 {
 		rounds = 8
 	}
-	params := map[string]any{"name": name, "arguments": argsOrEmpty(args), "_meta": c.meta(declare, opts.Meta)}
+	params := map[string]any{"name": name, "arguments": argsOrEmpty(args), "_meta": c.meta(declare, callMeta(opts))}
 	for round := 0; ; round++ {
 		raw, err := c.send(ctx, "tools/call", name, params)
 		if err != nil {
@@ -207,7 +207,7 @@ func (c *extConn) callRounds(ctx context.Context, name string, args any, opts Ca
 			}
 			answers[r.Key] = inputResponseWire(ans)
 		}
-		params = map[string]any{"name": name, "arguments": argsOrEmpty(args), "_meta": c.meta(declare, opts.Meta),
+		params = map[string]any{"name": name, "arguments": argsOrEmpty(args), "_meta": c.meta(declare, callMeta(opts)),
 			"inputResponses": answers}
 		if res.RequestState != "" {
 			params["requestState"] = res.RequestState

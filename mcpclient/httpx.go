@@ -203,6 +203,12 @@ func (h *httpRPC) post(ctx context.Context, id string, body []byte, header http.
 	case http.StatusNotFound:
 		return rep, fmt.Errorf("%w: HTTP 404", ErrSessionGone)
 	}
+	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+		// A gateway or overloaded server answered instead of the MCP server:
+		// whether the request was processed is unknown, exactly as when the
+		// connection breaks (a task creation is then unacknowledged).
+		return rep, fmt.Errorf("%w: HTTP %d without a JSON-RPC answer", ErrTransportLost, resp.StatusCode)
+	}
 	return rep, fmt.Errorf("%w: HTTP %d without a JSON-RPC answer", ErrMalformed, resp.StatusCode)
 }
 

@@ -263,8 +263,8 @@ func (c *legacyConn) CallTool(ctx context.Context, name string, args any, opts C
 		return nil, fmt.Errorf("call %s: %w", name, ErrToolRequiresTask)
 	}
 	params := map[string]any{"name": name, "arguments": argsOrEmpty(args)}
-	if len(opts.Meta) > 0 {
-		params["_meta"] = opts.Meta
+	if meta := callMeta(opts); meta != nil {
+		params["_meta"] = meta
 	}
 	raw, err := c.call(ctx, "tools/call", params)
 	if err != nil {
@@ -304,8 +304,8 @@ func (c *legacyConn) CreateTask(ctx context.Context, name string, args any, opts
 		taskParam["ttl"] = opts.TTL.Milliseconds()
 	}
 	params := map[string]any{"name": name, "arguments": argsOrEmpty(args), "task": taskParam}
-	if len(opts.Meta) > 0 {
-		params["_meta"] = opts.Meta
+	if meta := callMeta(opts.CallOptions); meta != nil {
+		params["_meta"] = meta
 	}
 	raw, err := c.call(ctx, "tools/call", params)
 	if err != nil {
@@ -346,8 +346,15 @@ func (c *legacyConn) AwaitOutcome(ctx context.Context, taskID string) (Outcome, 
 	var rpc *RPCError
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrUnknownTask), errIsTransport(err), !errors.As(err, &rpc):
+	case errIsTransport(err), !errors.As(err, &rpc):
 		return Outcome{}, fmt.Errorf("task %s result: %w", taskID, err)
+	case errors.Is(err, ErrUnknownTask):
+		// -32602 is both "unknown task" and what a tool that failed with
+		// invalid params returns through tasks/result: only a task that
+		// tasks/get still knows, terminal, owns the error.
+		if snap, gerr := c.GetTask(ctx, taskID); gerr != nil || !snap.Task.Status.Terminal() {
+			return Outcome{}, fmt.Errorf("task %s result: %w", taskID, err)
+		}
 	}
 	out := Outcome{Era: EraLegacy}
 	if rpc != nil {
@@ -439,6 +446,14 @@ func (c *legacyConn) CancelTask(ctx context.Context, taskID string) (CancelResul
 	}
 	raw, err := c.call(ctx, "tasks/cancel", map[string]any{"taskId": taskID})
 	if err != nil {
+		var rpc *RPCError
+		if errors.Is(err, ErrUnknownTask) && errors.As(err, &rpc) {
+			// -32602 also answers a cancel of a terminal task: ask.
+			if snap, gerr := c.GetTask(ctx, taskID); gerr == nil && snap.Task.Status.Terminal() {
+				t := snap.Task
+				return CancelResult{Task: &t}, fmt.Errorf("cancel task %s: %w (%s): %w", taskID, ErrTaskTerminal, t.Status, rpc)
+			}
+		}
 		return CancelResult{}, fmt.Errorf("cancel task %s: %w", taskID, err)
 	}
 	t, err := decodeTask(raw, EraLegacy, c.opts.Limits)

@@ -34,6 +34,7 @@ import (
 const stdioPeerEnv = "MCPCLIENT_STDIO_PEER"
 
 func TestMain(m *testing.M) {
+	serveReceiverStdioIfAsked() // re-executed as the reference receiver on stdio
 	if os.Getenv(stdioPeerEnv) == "1" {
 		// Re-executed test binary: serve the mcp-go peer on stdio.
 		p := newMCPGoPeer(nil)

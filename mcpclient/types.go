@@ -330,6 +330,10 @@ type Evidence struct {
 	Answer string `json:"answer"`
 	// SupportedVersions lists the versions the server offered, if any.
 	SupportedVersions []string `json:"supportedVersions,omitempty"`
+	// ModernServer is true when the answer was a modern one (a discover
+	// result naming 2026-07-28, or a modern error body: -32022, and on HTTP
+	// also -32021 or -32020), whatever Tasks era was then chosen.
+	ModernServer bool `json:"modernServer,omitempty"`
 	// Era is the conclusion.
 	Era Era `json:"era"`
 	// Forced is true when the caller chose the era and nothing was probed.

@@ -185,7 +185,11 @@ func (r *Receiver) taskParam(rc *reqCtx, p obj) (*task, string, *rpcError) {
 	if !ok || id == "" {
 		return nil, "", errf(CodeInvalidParams, "Invalid params: taskId is required")
 	}
-	t := r.tasks.lookup(rc.ident, id)
+	e := eraLegacy
+	if rc.modern != nil {
+		e = eraExtension
+	}
+	t := r.tasks.lookup(rc.ident, e, id)
 	if t == nil {
 		r.log.Warn("task lookup failed", "tenant", rc.ident.Tenant, "actor", rc.ident.Actor)
 		return nil, id, taskNotFound(id)

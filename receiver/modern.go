@@ -241,7 +241,7 @@ func (r *Receiver) modernListen(rc *reqCtx, p obj) reply {
 	var ids []string
 	if l, isList := sub(p, "notifications")["taskIds"].([]any); isList {
 		for _, v := range l {
-			if s, isStr := v.(string); isStr && r.tasks.lookup(rc.ident, s) != nil {
+			if s, isStr := v.(string); isStr && r.tasks.lookup(rc.ident, eraExtension, s) != nil {
 				ids = append(ids, s)
 			}
 		}
@@ -270,7 +270,7 @@ func (r *Receiver) modernListen(rc *reqCtx, p obj) reply {
 		"notifications": obj{"taskIds": accepted}, "_meta": obj{MetaSubscriptionID: s.id}}))
 	// Send the current state of each task at once, so no change is missed.
 	for _, id := range ids {
-		if t := r.tasks.lookup(rc.ident, id); t != nil {
+		if t := r.tasks.lookup(rc.ident, eraExtension, id); t != nil {
 			d := r.tasks.snapshot(t).detailedTask()
 			d["_meta"] = obj{MetaSubscriptionID: s.id}
 			_ = out.send(notification("notifications/tasks", d))

@@ -152,17 +152,20 @@ func (s *taskStore) create(id Identity, e era, tool string, sessionID string, tt
 	return t, nil
 }
 
-// lookup finds a live task of the tenant; unknown, expired and foreign tasks
-// are all reported as not found.
-func (s *taskStore) lookup(id Identity, taskID string) *task {
+// lookup finds a live task of the tenant created in era e; unknown, expired,
+// foreign and other-era tasks are all reported as not found. A task answers
+// only in the era that created it: its wire shape and outcome semantics
+// (an isError result is legacy "failed" but extension "completed") belong to
+// that era, and the extension reference says not to rely on an id across eras.
+func (s *taskStore) lookup(id Identity, e era, taskID string) *task {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.lookupLocked(id, taskID)
+	return s.lookupLocked(id, e, taskID)
 }
 
-func (s *taskStore) lookupLocked(id Identity, taskID string) *task {
+func (s *taskStore) lookupLocked(id Identity, e era, taskID string) *task {
 	t := s.tasks[taskID]
-	if t == nil || t.tenant != id.Tenant || t.expired(s.r.cfg.Now()) {
+	if t == nil || t.tenant != id.Tenant || t.era != e || t.expired(s.r.cfg.Now()) {
 		return nil
 	}
 	return t
@@ -434,13 +437,14 @@ func (ts taskSnapshot) detailedTask() obj {
 	return o
 }
 
-// list returns the tenant's live tasks in creation order.
+// list returns the tenant's live 2025-11-25 tasks in creation order (the
+// extension has no tasks/list).
 func (s *taskStore) list(id Identity) []taskSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []taskSnapshot
 	for _, tid := range s.order {
-		if t := s.lookupLocked(id, tid); t != nil {
+		if t := s.lookupLocked(id, eraLegacy, tid); t != nil {
 			out = append(out, s.snapshotLocked(t))
 		}
 	}
