@@ -77,8 +77,8 @@ func interpretDiscover(ev Evidence, m *wireMessage) (probeAnswer, error) {
 		// The modern core carries the implementation in
 		// _meta["io.modelcontextprotocol/serverInfo"]; a top-level
 		// serverInfo (initialize's place) is read as a fallback.
-		ServerInfo implementation `json:"serverInfo"`
-		Meta map[string]json.RawMessage `json:"_meta"`
+		ServerInfo implementation             `json:"serverInfo"`
+		Meta       map[string]json.RawMessage `json:"_meta"`
 	}
 	if err := json.Unmarshal(m.Result, &res); err != nil {
 		ev.Answer = "undecodable discover result"
