@@ -1,0 +1,151 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/manifests"
+)
+
+// ManifestSource gives what is known of a server now (implemented by *manifests.Store).
+type ManifestSource interface {
+	Status(ctx context.Context, server string) (manifests.Status, error)
+}
+
+// StageSource gives a workflow's rollout state (implemented by *Store).
+type StageSource interface {
+	Get(ctx context.Context, workflow string) (State, error)
+}
+
+// RouterConfig configures a Router.
+type RouterConfig struct {
+	// Policy is the policy in force (required).
+	Policy *config.Config
+	// Manifests gives the live manifests (required).
+	Manifests ManifestSource
+	// Stages gives rollout stages (required).
+	Stages StageSource
+	// KillSwitch blocks new Task starts (required). A read error fails safe: blocked.
+	KillSwitch KillSwitch
+	// StaleAfter is how many probe_every periods a manifest stays fresh after the last
+	// successful probe (default 3).
+	StaleAfter int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logger receives kill switch read errors (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Router gathers the live inputs of a decision and calls Decide.
+type Router struct{ cfg RouterConfig }
+
+// NewRouter validates cfg and returns a Router.
+func NewRouter(cfg RouterConfig) (*Router, error) {
+	if cfg.Policy == nil || cfg.Manifests == nil || cfg.Stages == nil || cfg.KillSwitch == nil {
+		return nil, errors.New("rollout: RouterConfig needs Policy, Manifests, Stages and KillSwitch")
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 3
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Router{cfg: cfg}, nil
+}
+
+// Routed is a decision with the inputs it was made from, for people and for the ledger.
+type Routed struct {
+	// Decision is Decide's answer.
+	Decision Decision `json:"decision"`
+	// Input is what Decide saw (the workflow and manifest are summarised beside it).
+	Input Input `json:"input"`
+	// Workflow, Tenant, Server and Tool name the operation.
+	Workflow string `json:"workflow"`
+	Tenant   string `json:"tenant"`
+	Server   string `json:"server"`
+	Tool     string `json:"tool"`
+	// TaskUse, Effect and Fallback summarise the policy.
+	TaskUse  string `json:"taskUse"`
+	Effect   string `json:"effect"`
+	Fallback string `json:"fallback"`
+	// ToolMode is the tool's mode in the manifest ("" when not listed or no manifest).
+	ToolMode string `json:"toolMode,omitempty"`
+	// ManifestID is the manifest version relied on (0 when missing).
+	ManifestID int64 `json:"manifestId,omitempty"`
+	// LastSuccess is when the server last answered a probe.
+	LastSuccess time.Time `json:"lastSuccess"`
+	// StageFromPolicy is true when the stage is the policy file's default.
+	StageFromPolicy bool `json:"stageFromPolicy"`
+	// PromotionPausedReason is why promotion is paused, if it is.
+	PromotionPausedReason string `json:"promotionPausedReason,omitempty"`
+	// KillSwitchError is why the kill switch could not be read ("" when it could).
+	KillSwitchError string `json:"killSwitchError,omitempty"`
+	// At is when the decision was made.
+	At time.Time `json:"at"`
+}
+
+// Route decides the route of an operation of workflow for tenant right now.
+func (r *Router) Route(ctx context.Context, workflow, tenant string) (Routed, error) {
+	w, ok := r.cfg.Policy.Workflow(workflow)
+	if !ok {
+		return Routed{}, fmt.Errorf("route %s: %w", workflow, ErrUnknownWorkflow)
+	}
+	now := r.cfg.Now()
+	out := Routed{Workflow: w.Name, Tenant: tenant, Server: w.Server, Tool: w.Tool, TaskUse: w.TaskUse,
+		Effect: w.Effect, Fallback: w.Fallback.Kind, At: now.UTC()}
+	st, err := r.cfg.Stages.Get(ctx, w.Name)
+	if err != nil {
+		return out, fmt.Errorf("route %s: %w", workflow, err)
+	}
+	out.StageFromPolicy, out.PromotionPausedReason = st.FromPolicy, st.PromotionPausedReason
+	ms, err := r.cfg.Manifests.Status(ctx, w.Server)
+	if err != nil {
+		return out, fmt.Errorf("route %s: %w", workflow, err)
+	}
+	in := Input{Workflow: *w, Stage: st.Stage, CanaryPercent: st.CanaryPercent, Bucket: Bucket(w.Name, tenant)}
+	in.ManifestState = r.manifestState(ms, now)
+	if ms.Latest != nil {
+		in.Manifest = ms.Latest.Manifest
+		out.ManifestID = ms.Latest.ID
+		if t, ok := in.Manifest.Tool(w.Tool); ok {
+			out.ToolMode = t.Mode
+		}
+	}
+	out.LastSuccess = ms.LastSuccess
+	engaged, err := r.cfg.KillSwitch.Engaged(ctx, w.Name)
+	if err != nil {
+		r.cfg.Logger.ErrorContext(ctx, "kill switch unreadable: new Task starts blocked", "workflow", w.Name, "err", err)
+		in.KillSwitchUnknown = true
+		out.KillSwitchError = err.Error()
+	} else {
+		in.KillSwitch = engaged
+	}
+	out.Input = in
+	out.Decision = Decide(in)
+	return out, nil
+}
+
+// manifestState classifies what is known of the server.
+func (r *Router) manifestState(ms manifests.Status, now time.Time) ManifestState {
+	if ms.LastProbe != nil && !ms.LastProbe.OK {
+		return ManifestUnreachable
+	}
+	if ms.Latest == nil {
+		return ManifestMissing
+	}
+	every := 5 * time.Minute
+	if s, ok := r.cfg.Policy.Server(ms.Server); ok && s.ProbeEvery.Duration > 0 {
+		every = s.ProbeEvery.Duration
+	}
+	if now.Sub(ms.LastSuccess) > time.Duration(r.cfg.StaleAfter)*every {
+		return ManifestStale
+	}
+	return ManifestFresh
+}
