@@ -1,0 +1,9 @@
+DROP TABLE reconciliation_items;
+DROP TABLE handoff_items;
+DROP TABLE job_runs;
+DROP TABLE task_envelopes;
+DROP TABLE pending_inputs;
+DROP TABLE transition_violations;
+DROP TABLE task_timeline;
+DROP TABLE tasks;
+DROP TABLE operations;

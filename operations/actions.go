@@ -1,0 +1,167 @@
+package operations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/taskgate/taskgate/mcpclient"
+)
+
+// Get returns an operation with everything observed about it, if it is in scope. An operation
+// of another tenant is reported as ErrNotFound, so ids reveal nothing.
+func (s *Service) Get(ctx context.Context, scope Scope, id string) (Detail, error) {
+	d, err := s.cfg.Store.Detail(ctx, id)
+	if err != nil {
+		return Detail{}, err
+	}
+	if !scope.Allows(d.Tenant) {
+		return Detail{}, fmt.Errorf("operation %s: %w", id, ErrNotFound)
+	}
+	return d, nil
+}
+
+// List returns a page of operations in scope.
+func (s *Service) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
+	if f.Tenant != "" && !scope.Allows(f.Tenant) {
+		return Page{Operations: []Operation{}}, nil
+	}
+	return s.cfg.Store.List(ctx, scope, f)
+}
+
+func (s *Service) running(ctx context.Context, scope Scope, id string) (Operation, error) {
+	op, err := s.cfg.Store.Get(ctx, id)
+	if err != nil {
+		return op, err
+	}
+	if !scope.Allows(op.Tenant) {
+		return op, fmt.Errorf("operation %s: %w", id, ErrNotFound)
+	}
+	if op.Task == nil || op.Task.TaskID == "" || !op.Task.State.Watchable() {
+		return op, fmt.Errorf("operation %s: %w", id, ErrNotCancellable)
+	}
+	return op, nil
+}
+
+// Cancel asks the server to cancel the operation's task, only where the server advertises
+// cancellation. The request (who, why) is recorded first; an acknowledgement is recorded only
+// once observed; the domain outcome is untouched (it stays to be verified).
+func (s *Service) Cancel(ctx context.Context, scope Scope, id, by, reason string) (Detail, error) {
+	op, err := s.running(ctx, scope, id)
+	if err != nil {
+		return Detail{}, err
+	}
+	wf, ok := s.cfg.Policy.Workflow(op.Workflow)
+	if !ok {
+		return Detail{}, fmt.Errorf("%w: %q", ErrUnknownWorkflow, op.Workflow)
+	}
+	conn, err := s.cfg.Servers.TaskConn(ctx, op.Task.Server, op.Task)
+	if err != nil {
+		return Detail{}, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	caps := conn.Info().Capabilities
+	if conn.Info().Era == mcpclient.EraLegacy && !caps.TasksCancel || conn.Info().Era == mcpclient.EraExtension && !caps.Extension {
+		return Detail{}, fmt.Errorf("cancel %s: %w", id, ErrCancelNotAdvertised)
+	}
+	if err := s.cfg.Store.RequestCancel(ctx, id, by, reason); err != nil {
+		return Detail{}, err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wf.Budgets.Status.Timeout.Duration)
+	defer cancel()
+	res, err := conn.CancelTask(cctx, op.Task.TaskID)
+	switch {
+	case err == nil && res.Task != nil:
+		if err := s.cfg.Store.AckCancel(cctx, id); err != nil {
+			return Detail{}, err
+		}
+		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
+			UpdatedAt: res.Task.LastUpdatedAt}, SourceOperator); err != nil {
+			return Detail{}, err
+		}
+	case err == nil:
+		if err := s.cfg.Store.AckCancel(cctx, id); err != nil {
+			return Detail{}, err
+		}
+	case errors.Is(err, mcpclient.ErrTaskTerminal) && res.Task != nil:
+		_ = s.cfg.Store.AddTimeline(cctx, id, SourceOperator, "cancel_refused", "the task was already "+string(res.Task.Status))
+		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
+			UpdatedAt: res.Task.LastUpdatedAt}, SourceOperator); err != nil {
+			return Detail{}, err
+		}
+	default:
+		_ = s.cfg.Store.AddTimeline(cctx, id, SourceOperator, "cancel_unanswered", "cancel request failed: "+safeMessage(err))
+		return Detail{}, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	// Poll soon to see what the cancel did.
+	_ = s.cfg.Store.Reschedule(cctx, id, s.cfg.Now())
+	return s.Get(cctx, scope, id)
+}
+
+// AnswerInput answers one open input request of the operation's task. Scope and the task's
+// state are checked again just before sending; the values are sent to the server and never
+// stored or logged (only who answered, when and the action).
+func (s *Service) AnswerInput(ctx context.Context, scope Scope, id, key, by string, resp mcpclient.InputResponse) (Detail, error) {
+	op, err := s.running(ctx, scope, id)
+	if err != nil {
+		if errors.Is(err, ErrNotCancellable) {
+			return Detail{}, fmt.Errorf("operation %s: %w", id, ErrNoPendingInput)
+		}
+		return Detail{}, err
+	}
+	switch resp.Action {
+	case mcpclient.ActionAccept, mcpclient.ActionDecline, mcpclient.ActionCancel:
+	default:
+		return Detail{}, fmt.Errorf("%w: action must be accept, decline or cancel", ErrInvalidRequest)
+	}
+	inputs, err := s.cfg.Store.Inputs(ctx, id)
+	if err != nil {
+		return Detail{}, err
+	}
+	open := false
+	for _, p := range inputs {
+		if p.Key == key && p.State == "open" {
+			open = p.ExpiresAt == nil || p.ExpiresAt.After(s.cfg.Now())
+		}
+	}
+	if !open || op.Task.State != StateInputRequired {
+		return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, ErrNoPendingInput)
+	}
+	conn, err := s.cfg.Servers.TaskConn(ctx, op.Task.Server, op.Task)
+	if err != nil {
+		return Detail{}, fmt.Errorf("answer %s: %w", id, err)
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := conn.AnswerInput(actx, op.Task.TaskID, key, resp); err != nil {
+		if errors.Is(err, mcpclient.ErrUnknownInput) {
+			return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, ErrInputElsewhere)
+		}
+		if errors.Is(err, mcpclient.ErrInputAnswered) {
+			return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, ErrNoPendingInput)
+		}
+		return Detail{}, fmt.Errorf("answer %s input %q: %w", id, key, err)
+	}
+	if err := s.cfg.Store.MarkInputAnswered(actx, id, key, by, string(resp.Action)); err != nil {
+		return Detail{}, err
+	}
+	_ = s.cfg.Store.Reschedule(actx, id, s.cfg.Now())
+	return s.Get(actx, scope, id)
+}
+
+// InputsFrom converts input requests to pending inputs: field names and types, never values.
+func InputsFrom(reqs []mcpclient.InputRequest, expires *time.Time) []PendingInput {
+	out := make([]PendingInput, 0, len(reqs))
+	for _, r := range reqs {
+		p := PendingInput{Key: r.Key, Method: r.Method, Mode: string(r.Mode), Message: sanitize(r.Message, PreviewMax),
+			Fields: []Field{}, RedactionClass: "confidential", ExpiresAt: expires}
+		for _, f := range r.RequestedSchema {
+			p.Fields = append(p.Fields, Field{Name: f.Name, Type: f.Type, Required: f.Required})
+		}
+		if r.Mode == mcpclient.InputURL {
+			p.RedactionClass = "none"
+		}
+		out = append(out, p)
+	}
+	return out
+}

@@ -1,0 +1,226 @@
+package operations
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/mcpclient"
+)
+
+// Builtin is the server URL of the reference receiver the console runs in-process.
+const Builtin = "builtin:demo"
+
+// ServersConfig configures a Servers registry.
+type ServersConfig struct {
+	// Policy lists the servers.
+	Policy *config.Config
+	// Getenv resolves token secrets (default: no secrets).
+	Getenv func(string) string
+	// BuiltinURL is the base URL (http://127.0.0.1:PORT) of the in-process receiver that
+	// "builtin:demo" stands for; empty when none runs.
+	BuiltinURL string
+	// MaxConnsPerServer sizes each server's pooled HTTP client (default 256 idle connections).
+	MaxConnsPerServer int
+	// Logger receives connection logs (default: discard).
+	Logger *slog.Logger
+}
+
+// Servers holds the MCP connections to the policy's servers: one pooled HTTP client per
+// server, one shared connection per server for new calls, and, in the 2025-11-25 era, one
+// connection per stored session so tasks stay observable from the session that created them.
+type Servers struct {
+	cfg      ServersConfig
+	detector *mcpclient.Detector
+
+	onStatus atomic.Pointer[func(server string, s mcpclient.Snapshot)]
+	onInput  atomic.Pointer[func(server string, r mcpclient.InputRequest)]
+
+	mu      sync.Mutex
+	clients map[string]*http.Client
+	conns   map[string]mcpclient.Conn // server, or server \x00 session
+}
+
+// NewServers returns an empty registry; connections open on first use.
+func NewServers(cfg ServersConfig) *Servers {
+	if cfg.Getenv == nil {
+		cfg.Getenv = func(string) string { return "" }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Servers{cfg: cfg, detector: mcpclient.NewDetector(), clients: map[string]*http.Client{}, conns: map[string]mcpclient.Conn{}}
+}
+
+// Observe sets the callbacks for status notifications and input requests arriving on any
+// connection (the watcher sets them). Either may be nil.
+func (s *Servers) Observe(onStatus func(server string, snap mcpclient.Snapshot), onInput func(server string, r mcpclient.InputRequest)) {
+	s.onStatus.Store(&onStatus)
+	s.onInput.Store(&onInput)
+}
+
+// URL returns the MCP endpoint of a server.
+func (s *Servers) URL(server string) (string, error) {
+	srv, ok := s.cfg.Policy.Server(server)
+	if !ok {
+		return "", fmt.Errorf("server %q is not in the policy", server)
+	}
+	return s.resolve(srv.URL, "/mcp")
+}
+
+// JobAPIURL resolves a workflow's job API base URL ("builtin:demo" included).
+func (s *Servers) JobAPIURL(base string) (string, error) { return s.resolve(base, "") }
+
+func (s *Servers) resolve(u, suffix string) (string, error) {
+	if u == Builtin {
+		if s.cfg.BuiltinURL == "" {
+			return "", fmt.Errorf("%s is not running", Builtin)
+		}
+		return strings.TrimRight(s.cfg.BuiltinURL, "/") + suffix, nil
+	}
+	if strings.HasPrefix(u, "stdio:") {
+		return "", fmt.Errorf("stdio servers are not supported by the watchers")
+	}
+	return u, nil
+}
+
+// HTTPClient returns the pooled HTTP client of a server.
+func (s *Servers) HTTPClient(server string) *http.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.clients[server]
+	if !ok {
+		c = mcpclient.NewHTTPClient(s.cfg.MaxConnsPerServer)
+		s.clients[server] = c
+	}
+	return c
+}
+
+func (s *Servers) options(server string) (mcpclient.Options, error) {
+	srv, ok := s.cfg.Policy.Server(server)
+	if !ok {
+		return mcpclient.Options{}, fmt.Errorf("server %q is not in the policy", server)
+	}
+	u, err := s.URL(server)
+	if err != nil {
+		return mcpclient.Options{}, err
+	}
+	era, err := mcpclient.ParseEraChoice(srv.Era)
+	if err != nil {
+		return mcpclient.Options{}, err
+	}
+	token, err := srv.Token.Resolve(s.cfg.Getenv)
+	if err != nil {
+		return mcpclient.Options{}, fmt.Errorf("server %s: %w", server, err)
+	}
+	return mcpclient.Options{
+		URL: u, Token: token, Era: era, Detector: s.detector, HTTPClient: s.HTTPClient(server),
+		Logger: s.cfg.Logger.With("server", server),
+		OnStatus: func(snap mcpclient.Snapshot) {
+			if f := s.onStatus.Load(); f != nil && *f != nil {
+				(*f)(server, snap)
+			}
+		},
+		OnInput: func(r mcpclient.InputRequest) {
+			if f := s.onInput.Load(); f != nil && *f != nil {
+				(*f)(server, r)
+			}
+		},
+	}, nil
+}
+
+// Conn returns the shared connection to a server, dialling it on first use.
+func (s *Servers) Conn(ctx context.Context, server string) (mcpclient.Conn, error) {
+	s.mu.Lock()
+	c, ok := s.conns[server]
+	s.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	opts, err := s.options(server)
+	if err != nil {
+		return nil, err
+	}
+	c, err = mcpclient.Dial(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", server, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev, ok := s.conns[server]; ok {
+		_ = c.Close()
+		return prev, nil
+	}
+	s.conns[server] = c
+	if sid := c.Info().SessionID; sid != "" {
+		s.conns[server+"\x00"+sid] = c
+	}
+	return c, nil
+}
+
+// TaskConn returns a connection able to observe a stored task: in the 2025-11-25 era the
+// connection of the session that created it (resumed with Mcp-Session-Id after a restart),
+// otherwise the shared connection.
+func (s *Servers) TaskConn(ctx context.Context, server string, t *Task) (mcpclient.Conn, error) {
+	if t.Era != string(mcpclient.EraLegacy) || t.sessionID == "" {
+		return s.Conn(ctx, server)
+	}
+	key := server + "\x00" + t.sessionID
+	s.mu.Lock()
+	c, ok := s.conns[key]
+	s.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	opts, err := s.options(server)
+	if err != nil {
+		return nil, err
+	}
+	opts.Era = mcpclient.EraChoiceLegacy
+	opts.Resume = &mcpclient.Resume{SessionID: t.sessionID, Capabilities: json.RawMessage(t.capabilities),
+		ServerName: t.serverName, ServerVersion: t.serverVersion}
+	c, err = mcpclient.Dial(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("resume session of %s: %w", server, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev, ok := s.conns[key]; ok {
+		_ = c.Close()
+		return prev, nil
+	}
+	s.conns[key] = c
+	return c, nil
+}
+
+// Drop forgets a connection that failed for good (session gone, closed).
+func (s *Servers) Drop(c mcpclient.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range s.conns {
+		if v == c {
+			delete(s.conns, k)
+		}
+	}
+	_ = c.Close()
+}
+
+// Close closes every connection.
+func (s *Servers) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[mcpclient.Conn]bool{}
+	for k, c := range s.conns {
+		if !seen[c] {
+			seen[c] = true
+			_ = c.Close()
+		}
+		delete(s.conns, k)
+	}
+}

@@ -1,0 +1,646 @@
+package operations
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/mcpclient"
+)
+
+// MetaOperationID is the _meta key carrying the operation id on every call Taskgate makes.
+const MetaOperationID = "io.taskgate/operation-id"
+
+// Envelope bounds.
+const (
+	// PreviewMax caps the text preview kept in an envelope.
+	PreviewMax = 512
+	// KeptResultMax caps a full result kept where the workflow allows it.
+	KeptResultMax = 64 << 10
+)
+
+// RouteInput is what a Router decides from.
+type RouteInput struct {
+	// Workflow is the workflow's policy.
+	Workflow *config.Workflow
+	// Request is the start request.
+	Request StartRequest
+	// Conn is the live connection to the workflow's server, nil when DialErr is set or the
+	// workflow never uses a Task.
+	Conn mcpclient.Conn
+	// DialErr is why no connection could be opened.
+	DialErr error
+}
+
+// Router picks exactly one route for an operation. The rollout package's router (stages,
+// flags, kill switch, manifests) satisfies it; PolicyRouter is the policy-only default.
+type Router interface {
+	Decide(ctx context.Context, in RouteInput) (Decision, error)
+}
+
+// PolicyRouter decides from the workflow policy and the live capabilities alone: a Task when
+// the workflow allows one and the server offers it for the tool, otherwise the fallback.
+type PolicyRouter struct{}
+
+// Decide implements Router.
+func (PolicyRouter) Decide(_ context.Context, in RouteInput) (Decision, error) {
+	wf := in.Workflow
+	fallback := func(code, why string) Decision {
+		r := Route(wf.Fallback.Kind)
+		return Decision{Route: r, ReasonCode: code, Reason: why + "; fallback " + string(r) + "."}
+	}
+	if wf.TaskUse == config.TaskNever {
+		return fallback("task_use_never", "The workflow never runs as a Task"), nil
+	}
+	if in.Conn == nil {
+		return fallback("server_unreachable", "The server could not be reached to check its Task capability"), nil
+	}
+	info := in.Conn.Info()
+	switch info.Era {
+	case mcpclient.EraExtension:
+		if info.Capabilities.Extension {
+			return Decision{Route: RouteTask, ReasonCode: "task_capable", Reason: "The server offers the 2026-07-28 tasks extension.", DeclareExtension: true}, nil
+		}
+	default:
+		if info.Capabilities.TasksToolsCall {
+			for _, t := range in.Conn.Tools() {
+				if t.Name == wf.Tool && (t.TaskSupport == mcpclient.TaskOptional || t.TaskSupport == mcpclient.TaskRequired) {
+					return Decision{Route: RouteTask, ReasonCode: "task_capable", Reason: "The tool supports task augmentation (" + string(t.TaskSupport) + ")."}, nil
+				}
+			}
+			return fallback("tool_forbids_task", "The tool does not support task augmentation"), nil
+		}
+	}
+	return fallback("no_task_capability", "The server does not advertise task-augmented tools/call"), nil
+}
+
+// Config configures a Service.
+type Config struct {
+	// Store is the ledger.
+	Store *Store
+	// Policy is the policy in force.
+	Policy *config.Config
+	// Servers holds the MCP connections.
+	Servers *Servers
+	// Router decides routes (default PolicyRouter).
+	Router Router
+	// JobClient calls the incumbent job APIs (default a pooled client).
+	JobClient *http.Client
+	// PollFloor is the shortest interval between polls of one task (default 250ms).
+	PollFloor time.Duration
+	// DefaultPoll is used when a server suggests no poll interval (default 1s).
+	DefaultPoll time.Duration
+	// Logger receives logs; no secrets or elicited values are logged (default: discard).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Service is the start path and the operator actions on operations.
+type Service struct{ cfg Config }
+
+// NewService returns a Service; Store, Policy and Servers are required.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Policy == nil || cfg.Servers == nil {
+		return nil, errors.New("operations: Store, Policy and Servers are required")
+	}
+	if cfg.Router == nil {
+		cfg.Router = PolicyRouter{}
+	}
+	if cfg.JobClient == nil {
+		cfg.JobClient = mcpclient.NewHTTPClient(0)
+	}
+	if cfg.PollFloor <= 0 {
+		cfg.PollFloor = 250 * time.Millisecond
+	}
+	if cfg.DefaultPoll <= 0 {
+		cfg.DefaultPoll = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{cfg: cfg}, nil
+}
+
+// Store returns the service's store.
+func (s *Service) Store() *Store { return s.cfg.Store }
+
+func linksFor(id string, r Route) Links {
+	l := Links{Self: "/api/v1/operations/" + id}
+	if r == RouteTask {
+		l.Cancel, l.Input = l.Self+"/cancel", l.Self+"/input"
+	}
+	return l
+}
+
+func validate(r StartRequest) error {
+	var missing []string
+	for name, v := range map[string]string{"Idempotency-Key": r.IdempotencyKey, "workflow": r.Workflow, "tenant": r.Tenant, "actor": r.Actor} {
+		if strings.TrimSpace(v) == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: missing %s", ErrInvalidRequest, strings.Join(missing, ", "))
+	}
+	if len(r.IdempotencyKey) > 255 {
+		return fmt.Errorf("%w: Idempotency-Key longer than 255 characters", ErrInvalidRequest)
+	}
+	if len(r.Arguments) > 0 && string(r.Arguments) != "null" {
+		var m map[string]any
+		if err := json.Unmarshal(r.Arguments, &m); err != nil {
+			return fmt.Errorf("%w: arguments must be a JSON object", ErrInvalidRequest)
+		}
+	}
+	return nil
+}
+
+// Start starts an operation exactly once per idempotency key: it writes the ledger row, the
+// route decision and the route's first row in one transaction, then makes the route's call
+// under the workflow's budget. A repeat of the same request replays the first answer.
+func (s *Service) Start(ctx context.Context, scope Scope, req StartRequest) (StartResult, error) {
+	if err := validate(req); err != nil {
+		return StartResult{}, err
+	}
+	if !scope.Allows(req.Tenant) {
+		return StartResult{}, fmt.Errorf("start for tenant %q: %w", req.Tenant, ErrForbiddenTenant)
+	}
+	wf, ok := s.cfg.Policy.Workflow(req.Workflow)
+	if !ok {
+		return StartResult{}, fmt.Errorf("%w: %q", ErrUnknownWorkflow, req.Workflow)
+	}
+	hash, err := RequestHash(req)
+	if err != nil {
+		return StartResult{}, err
+	}
+	if op, err := s.cfg.Store.byKey(ctx, req.Tenant, req.Workflow, req.IdempotencyKey); err == nil {
+		return s.replay(ctx, op, hash)
+	} else if !errors.Is(err, ErrNotFound) {
+		return StartResult{}, err
+	}
+
+	in := RouteInput{Workflow: wf, Request: req}
+	if wf.TaskUse != config.TaskNever || wf.Fallback.Kind == config.FallbackSync {
+		in.Conn, in.DialErr = s.cfg.Servers.Conn(ctx, wf.Server)
+	}
+	d, err := s.cfg.Router.Decide(ctx, in)
+	if err != nil {
+		return StartResult{}, fmt.Errorf("route %s: %w", req.Workflow, err)
+	}
+	args := req.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage(`{}`)
+	}
+	ins := Insert{Request: req, Hash: hash, Arguments: args, Decision: d, PolicySHA: s.cfg.Policy.SHA256}
+	switch d.Route {
+	case RouteTask:
+		var ttl *time.Duration
+		if wf.MaxTTL.Duration > 0 {
+			v := wf.MaxTTL.Duration
+			ttl = &v
+		}
+		ins.Task = &NewTaskRow{Server: wf.Server, Tool: wf.Tool, RequestedTTL: ttl}
+	case RouteJobAPI:
+		base, err := s.cfg.Servers.JobAPIURL(wf.Fallback.JobAPI)
+		if err != nil {
+			return StartResult{}, fmt.Errorf("job API of %s: %w", wf.Name, err)
+		}
+		ins.JobBaseURL = base
+	case RouteHandoff:
+		ins.Handoff = true
+	case RouteReject:
+		ins.RejectReply = &StartResponse{Route: RouteReject, ReasonCode: d.ReasonCode, Reason: d.Reason, DomainOutcome: OutcomePending}
+	case RouteSync:
+	default:
+		return StartResult{}, fmt.Errorf("route %s: unknown route %q", req.Workflow, d.Route)
+	}
+	op, existing, err := s.cfg.Store.CreateOperation(ctx, ins)
+	if err != nil {
+		return StartResult{}, err
+	}
+	if existing {
+		return s.replay(ctx, op, hash)
+	}
+	// The call and its bookkeeping outlive a caller that hangs up: a half-recorded start
+	// would be worse than a late answer.
+	cctx := context.WithoutCancel(ctx)
+	status := http.StatusAccepted
+	switch d.Route {
+	case RouteTask:
+		s.createTask(cctx, op, wf, in.Conn, d)
+	case RouteSync:
+		if s.callSync(cctx, op, wf, in.Conn) {
+			status = http.StatusCreated
+		}
+	case RouteJobAPI:
+		s.submitJob(cctx, op, wf)
+	case RouteReject:
+		st, body, _, err := s.cfg.Store.Response(cctx, op.ID)
+		if err != nil {
+			return StartResult{}, err
+		}
+		return StartResult{Status: st, Response: body}, nil
+	}
+	op, err = s.cfg.Store.Get(cctx, op.ID)
+	if err != nil {
+		return StartResult{}, err
+	}
+	resp := responseFor(op)
+	if err := s.cfg.Store.SetResponse(cctx, op.ID, status, resp); err != nil {
+		return StartResult{}, err
+	}
+	st, body, _, err := s.cfg.Store.Response(cctx, op.ID)
+	if err != nil {
+		return StartResult{}, err
+	}
+	return StartResult{Status: st, Response: body}, nil
+}
+
+func responseFor(op Operation) StartResponse {
+	r := StartResponse{OperationID: op.ID, Route: op.Route, ReasonCode: op.ReasonCode, Reason: op.Reason,
+		DomainOutcome: op.DomainOutcome, Attention: op.Attention, AttentionReason: op.AttentionReason, Links: linksFor(op.ID, op.Route)}
+	if op.Task != nil {
+		r.TaskState, r.TaskID = op.Task.State, op.Task.TaskID
+	}
+	return r
+}
+
+// replay answers a repeat of a start request: the stored first answer, or the operation as it
+// stands while the first request is still in flight.
+func (s *Service) replay(ctx context.Context, op Operation, hash string) (StartResult, error) {
+	if op.requestHash != hash {
+		return StartResult{}, fmt.Errorf("key %q of workflow %s was used for operation %s with a different request: %w",
+			op.IdempotencyKey, op.Workflow, op.ID, ErrKeyReused)
+	}
+	st, body, ok, err := s.cfg.Store.Response(ctx, op.ID)
+	if err != nil {
+		return StartResult{}, err
+	}
+	if !ok {
+		return StartResult{Status: http.StatusAccepted, Response: responseFor(op), Replayed: true}, nil
+	}
+	return StartResult{Status: st, Response: body, Replayed: true}, nil
+}
+
+// callArgs returns the arguments with the operation id as the tool's idempotency key, where
+// the workflow names one.
+func callArgs(op Operation, wf *config.Workflow) map[string]any {
+	args := map[string]any{}
+	_ = json.Unmarshal(op.arguments, &args)
+	if wf.IdempotencyArgument != "" {
+		args[wf.IdempotencyArgument] = op.ID
+	}
+	return args
+}
+
+func callMeta(op Operation) map[string]any { return map[string]any{MetaOperationID: op.ID} }
+
+// createTask makes the task-augmented call once under the create budget and records what
+// came back. It never resends.
+func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workflow, conn mcpclient.Conn, d Decision) {
+	log := s.cfg.Logger.With("operation", op.ID, "workflow", wf.Name)
+	cctx, cancel := context.WithTimeout(ctx, wf.Budgets.Create.Timeout.Duration)
+	defer cancel()
+	opts := mcpclient.TaskOptions{CallOptions: mcpclient.CallOptions{Meta: callMeta(op)}, TTL: wf.MaxTTL.Duration}
+	task, err := conn.CreateTask(cctx, wf.Tool, callArgs(op, wf), opts)
+	var noTask *mcpclient.NoTaskError
+	switch {
+	case err == nil:
+		info := conn.Info()
+		now := s.cfg.Now()
+		created := task.CreatedAt
+		if created.IsZero() {
+			created = now
+		}
+		c := CreatedTask{TaskID: task.ID, Era: string(task.Era), State: TaskState(task.Status), StatusMessage: task.StatusMessage,
+			SessionID: info.SessionID, Capabilities: info.RawCapabilities, ServerName: info.Name, ServerVersion: info.Version,
+			CreatedAt: task.CreatedAt, UpdatedAt: task.LastUpdatedAt, TTL: task.TTL, PollInterval: task.PollInterval,
+			Deadline: Deadline(created, task.TTL, wf.MaxTTL.Duration), NextPollAt: now.Add(max(task.PollInterval, s.cfg.PollFloor))}
+		if task.PollInterval <= 0 {
+			c.NextPollAt = now.Add(s.cfg.DefaultPoll)
+		}
+		if err := s.cfg.Store.RecordCreated(ctx, op.ID, c); err != nil {
+			log.Error("record created task", "err", err)
+		}
+	case errors.As(err, &noTask):
+		// The extension server answered at once without a task: the call is finished.
+		c := CreatedTask{Era: string(mcpclient.EraExtension), State: StateCompleted, StatusMessage: "answered without a task",
+			Deadline: s.cfg.Now(), NextPollAt: s.cfg.Now()}
+		if err := s.cfg.Store.RecordCreated(ctx, op.ID, c); err != nil {
+			log.Error("record immediate result", "err", err)
+		}
+		out := mcpclient.Outcome{Status: mcpclient.StatusCompleted, Era: mcpclient.EraExtension, Result: noTask.Result, ToolError: noTask.Result != nil && noTask.Result.IsError}
+		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, BuildEnvelope(out, wf.Server, "", wf.KeepResult, nil, s.cfg.Now()), SourceCreate); err != nil {
+			log.Error("record envelope", "err", err)
+		}
+	case refused(err):
+		if errors.Is(err, mcpclient.ErrSessionGone) {
+			s.cfg.Servers.Drop(conn)
+		}
+		s.refuse(ctx, op, "task creation refused: "+safeMessage(err), !isRPCError(err))
+		log.Warn("task creation refused", "err", err)
+	default:
+		// Transport lost after the request may have been sent: the task may exist. Never resend.
+		if err := s.cfg.Store.MarkUnknown(ctx, op.ID, StateCreateUnacknowledged, ReasonCreateUnacknowledged,
+			"no CreateTaskResult was read; the call is not resent: "+safeMessage(err)); err != nil {
+			log.Error("record unacknowledged creation", "err", err)
+		}
+		log.Warn("task creation unacknowledged", "err", err)
+	}
+	_ = d
+}
+
+// refused reports an error that proves the call did nothing: it never left, or the server
+// answered it with an error.
+func refused(err error) bool {
+	if errors.Is(err, mcpclient.ErrCreateUnacknowledged) || errors.Is(err, mcpclient.ErrTransportLost) {
+		return false
+	}
+	return errors.Is(err, mcpclient.ErrNotDelivered) || errors.Is(err, mcpclient.ErrSessionGone) ||
+		errors.Is(err, mcpclient.ErrUnauthorized) || errors.Is(err, mcpclient.ErrTasksNotAdvertised) ||
+		errors.Is(err, mcpclient.ErrToolForbidsTask) || errors.Is(err, mcpclient.ErrToolRequiresTask) ||
+		errors.Is(err, mcpclient.ErrUnknownTool) || isRPCError(err)
+}
+
+func isRPCError(err error) bool {
+	var rpc *mcpclient.RPCError
+	return errors.As(err, &rpc)
+}
+
+// refuse records a call that provably did not start: task state failed (on the Task route)
+// and, when nothing reached the server, the domain outcome not_applied. A server's error
+// answer leaves the outcome pending for the verifier.
+func (s *Service) refuse(ctx context.Context, op Operation, msg string, notApplied bool) {
+	store := s.cfg.Store
+	_, err := store.pool.Exec(ctx, `UPDATE tasks SET state = 'failed', status_message = $2, terminal_at = now(), updated_at = now()
+		WHERE operation_id = $1 AND state = 'creating'`, op.ID, msg)
+	if err == nil {
+		err = store.AddTimeline(ctx, op.ID, SourceCreate, string(StateFailed), msg)
+	}
+	if err == nil && notApplied {
+		_, err = store.pool.Exec(ctx, `UPDATE operations SET domain_outcome = 'not_applied', updated_at = now() WHERE id = $1 AND domain_outcome = 'pending'`, op.ID)
+	}
+	if err != nil {
+		s.cfg.Logger.Error("record refused call", "operation", op.ID, "err", err)
+	}
+}
+
+// Deadline is the absolute end of watching: creation + min(granted TTL, policy max TTL).
+func Deadline(created time.Time, granted *time.Duration, maxTTL time.Duration) time.Time {
+	limit := maxTTL
+	if granted != nil && (limit <= 0 || *granted < limit) {
+		limit = *granted
+	}
+	if limit <= 0 {
+		limit = time.Hour
+	}
+	return created.Add(limit)
+}
+
+// callSync makes the plain call under the fallback's maximum duration. It reports whether the
+// call was answered; a timeout or lost transport leaves the outcome unknown for reconciliation.
+func (s *Service) callSync(ctx context.Context, op Operation, wf *config.Workflow, conn mcpclient.Conn) bool {
+	log := s.cfg.Logger.With("operation", op.ID, "workflow", wf.Name)
+	if conn == nil {
+		s.refuse(ctx, op, "server unreachable; the call was not sent", true)
+		return true
+	}
+	_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "calling", "synchronous call sent")
+	started := s.cfg.Now()
+	cctx, cancel := context.WithTimeout(ctx, wf.Fallback.MaxDuration.Duration)
+	res, err := conn.CallTool(cctx, wf.Tool, callArgs(op, wf), mcpclient.CallOptions{Meta: callMeta(op)})
+	cancel()
+	var rpc *mcpclient.RPCError
+	switch {
+	case err == nil:
+		out := mcpclient.Outcome{Status: mcpclient.StatusCompleted, Era: conn.Info().Era, Result: res, ToolError: res.IsError}
+		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, BuildEnvelope(out, wf.Server, "", wf.KeepResult, &started, s.cfg.Now()), SourceCreate); err != nil {
+			log.Error("record sync result", "err", err)
+		}
+		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, out.Describe(), "synchronous call answered")
+		return true
+	case errors.As(err, &rpc) && !errors.Is(err, mcpclient.ErrTransportLost):
+		out := mcpclient.Outcome{Status: mcpclient.StatusFailed, Era: conn.Info().Era, Error: rpc}
+		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, BuildEnvelope(out, wf.Server, "", wf.KeepResult, &started, s.cfg.Now()), SourceCreate); err != nil {
+			log.Error("record sync error", "err", err)
+		}
+		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "failed", "synchronous call answered with an error: "+sanitize(rpc.Message, 200))
+		return true
+	case refused(err):
+		s.refuse(ctx, op, "synchronous call refused: "+safeMessage(err), true)
+		return true
+	default:
+		reason := ReasonSyncTransportLost
+		if errors.Is(err, context.DeadlineExceeded) {
+			reason = ReasonSyncTimeout
+		}
+		if err := s.cfg.Store.MarkUnknown(ctx, op.ID, "", reason, "synchronous call unanswered: "+safeMessage(err)); err != nil {
+			log.Error("record sync timeout", "err", err)
+		}
+		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "unanswered", "synchronous call unanswered within "+wf.Fallback.MaxDuration.String()+"; outcome unknown")
+		return false
+	}
+}
+
+// BuildEnvelope turns a protocol outcome into the bounded envelope: status, era, sanitised
+// message, size, hash, a capped text preview and an evidence handle; the full result (capped)
+// only when keep is set.
+func BuildEnvelope(out mcpclient.Outcome, server, taskID string, keep bool, started *time.Time, finished time.Time) Envelope {
+	e := Envelope{Status: string(out.Status), Era: string(out.Era), ToolError: out.ToolError, StartedAt: started, FinishedAt: &finished}
+	var raw []byte
+	switch {
+	case out.Result != nil:
+		raw, _ = json.Marshal(out.Result)
+		e.ResultSize = out.Result.Size
+		if e.ResultSize == 0 {
+			e.ResultSize = len(raw)
+		}
+		e.Preview = sanitize(strings.Join(out.Result.Texts(), "\n"), PreviewMax)
+		if keep && len(raw) <= KeptResultMax {
+			e.Result = raw
+		}
+	case out.Error != nil:
+		raw, _ = json.Marshal(out.Error)
+		code := out.Error.Code
+		e.ErrorCode = &code
+		e.ResultSize = len(raw)
+		e.Preview = sanitize(out.Error.Message, PreviewMax)
+	}
+	if out.Task != nil {
+		e.StatusMessage = sanitize(out.Task.StatusMessage, PreviewMax)
+		if !out.Task.CreatedAt.IsZero() && started == nil {
+			c := out.Task.CreatedAt
+			e.StartedAt = &c
+		}
+	}
+	sum := sha256.Sum256(raw)
+	e.ResultSHA256 = hex.EncodeToString(sum[:])
+	id := taskID
+	if id == "" {
+		id = "sync"
+	}
+	e.EvidenceHandle = fmt.Sprintf("mcp:%s/%s/%s#sha256:%s", server, out.Era, id, e.ResultSHA256[:16])
+	return e
+}
+
+// sanitize strips control characters and caps s at n bytes on a rune boundary.
+func sanitize(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return r
+		}
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// safeMessage is an error's text fit for a timeline: sanitised and short. mcpclient errors
+// carry no tokens or elicited values.
+func safeMessage(err error) string { return sanitize(err.Error(), 300) }
+
+// submitJob POSTs the operation to the incumbent job API with the operation id as the
+// Idempotency-Key, once; the watchers follow the job's status.
+func (s *Service) submitJob(ctx context.Context, op Operation, wf *config.Workflow) {
+	log := s.cfg.Logger.With("operation", op.ID, "workflow", wf.Name)
+	base, err := s.cfg.Servers.JobAPIURL(wf.Fallback.JobAPI)
+	if err != nil {
+		log.Error("job API", "err", err)
+		return
+	}
+	body := map[string]any{}
+	_ = json.Unmarshal(op.arguments, &body)
+	body["effect"] = firstNonEmpty(op.IntendedEffect, wf.Name)
+	b, _ := json.Marshal(body)
+	cctx, cancel := context.WithTimeout(ctx, wf.Budgets.Create.Timeout.Duration)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, strings.TrimRight(base, "/")+"/jobs", bytes.NewReader(b))
+	if err != nil {
+		log.Error("job request", "err", err)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", op.ID)
+	if wf.Fallback.Credential != nil {
+		if tok, err := wf.Fallback.Credential.Resolve(func(string) string { return "" }); err == nil && tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+	}
+	_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "submitting", "job submitted to the job API")
+	resp, err := s.cfg.JobClient.Do(req)
+	if err != nil {
+		_, _ = s.cfg.Store.pool.Exec(ctx, `UPDATE job_runs SET status = 'unacknowledged', error = $2, updated_at = now() WHERE operation_id = $1`, op.ID, safeMessage(err))
+		if err := s.cfg.Store.MarkUnknown(ctx, op.ID, "", ReasonJobUnacknowledged, "job submission unanswered: "+safeMessage(err)); err != nil {
+			log.Error("record job unacknowledged", "err", err)
+		}
+		return
+	}
+	defer resp.Body.Close()
+	var j jobAnswer
+	if resp.StatusCode/100 != 2 || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&j) != nil || j.ID == "" {
+		_, _ = s.cfg.Store.pool.Exec(ctx, `UPDATE job_runs SET status = 'refused', error = $2, updated_at = now() WHERE operation_id = $1`, op.ID, fmt.Sprintf("HTTP %d", resp.StatusCode))
+		s.refuse(ctx, op, fmt.Sprintf("job API refused the job (HTTP %d)", resp.StatusCode), true)
+		return
+	}
+	if err := s.cfg.Store.UpdateJob(ctx, op.ID, j, s.cfg.Now().Add(s.cfg.DefaultPoll)); err != nil {
+		log.Error("record job", "err", err)
+	}
+}
+
+type jobAnswer struct {
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	Error     string `json:"error"`
+	ReceiptID string `json:"receipt_id"`
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func jobDone(status string) bool { return status == "succeeded" || status == "failed" }
+
+// UpdateJob stores a job's status and the time of its next poll (none once it ended).
+func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next time.Time) error {
+	var nextAt *time.Time
+	if !jobDone(j.Status) {
+		nextAt = &next
+	}
+	var old string
+	err := s.pool.QueryRow(ctx, `UPDATE job_runs n SET job_id = coalesce($2, n.job_id), status = $3, receipt_id = $4, error = $5,
+		next_poll_at = $6, updated_at = now() FROM job_runs o WHERE n.operation_id = o.operation_id AND n.operation_id = $1 RETURNING o.status`,
+		opID, j.ID, j.Status, j.ReceiptID, sanitize(j.Error, 300), nextAt).Scan(&old)
+	if err != nil {
+		return notFound(opID, err)
+	}
+	if old != j.Status {
+		return s.AddTimeline(ctx, opID, SourcePoll, "job_"+j.Status, "job "+j.Status)
+	}
+	return nil
+}
+
+// FollowDueJobs polls up to n due jobs once each for replica and reports how many it polled.
+func (s *Service) FollowDueJobs(ctx context.Context, replica string, n int, lease time.Duration) (int, error) {
+	rows, err := s.cfg.Store.pool.Query(ctx, `
+		WITH due AS (SELECT operation_id FROM job_runs WHERE status IN ('queued','running') AND next_poll_at <= now()
+			AND (lease_expires_at IS NULL OR lease_expires_at < now() OR lease_owner = $1)
+			ORDER BY next_poll_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE job_runs j SET lease_owner = $1, lease_expires_at = now() + $3 * interval '1 millisecond', polls = j.polls + 1,
+			next_poll_at = now() + $4 * interval '1 millisecond'
+		FROM due WHERE j.operation_id = due.operation_id RETURNING j.operation_id, j.base_url, j.job_id`,
+		replica, n, lease.Milliseconds(), s.cfg.DefaultPoll.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("claim due jobs: %w", err)
+	}
+	list, err := collectDueJobs(rows)
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range list {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(d.base, "/")+"/jobs/"+d.job, nil)
+		if err != nil {
+			continue
+		}
+		resp, err := s.cfg.JobClient.Do(req)
+		if err != nil {
+			continue // polled again after the interval
+		}
+		var j jobAnswer
+		derr := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&j)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || derr != nil {
+			continue
+		}
+		if err := s.cfg.Store.UpdateJob(ctx, d.op, j, s.cfg.Now().Add(s.cfg.DefaultPoll)); err != nil {
+			s.cfg.Logger.Error("record job status", "operation", d.op, "err", err)
+		}
+	}
+	return len(list), nil
+}

@@ -1,0 +1,851 @@
+package operations
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is the Postgres store of the ledger, tasks, timelines, inputs and envelopes.
+type Store struct{ pool *pgxpool.Pool }
+
+// NewStore returns a Store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Pool returns the store's pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// RequestHash is the hash of a start request's body in canonical form (keys sorted).
+func RequestHash(r StartRequest) (string, error) {
+	var args any = map[string]any{}
+	if len(r.Arguments) > 0 && string(r.Arguments) != "null" {
+		if err := json.Unmarshal(r.Arguments, &args); err != nil {
+			return "", fmt.Errorf("%w: arguments: %v", ErrInvalidRequest, err)
+		}
+	}
+	b, err := json.Marshal(map[string]any{
+		"workflow": r.Workflow, "tenant": r.Tenant, "actor": r.Actor, "object_ref": r.ObjectRef,
+		"object_version": r.ObjectVersion, "intended_effect": r.IntendedEffect, "arguments": args,
+	})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// NewTaskRow is the task row written with a Task-route operation.
+type NewTaskRow struct {
+	Server, Tool string
+	RequestedTTL *time.Duration
+}
+
+// Insert is what CreateOperation writes in one transaction.
+type Insert struct {
+	Request     StartRequest
+	Hash        string
+	Arguments   json.RawMessage
+	Decision    Decision
+	PolicySHA   string
+	Task        *NewTaskRow
+	JobBaseURL  string // job_api route
+	Handoff     bool
+	RejectReply *StartResponse // stored at once for the reject route
+}
+
+// CreateOperation writes the ledger row, the decision, and the route's first row (a creating
+// task, a job run, a handoff item) in one transaction. When the key was used before it writes
+// nothing and returns the existing operation with existing=true, or ErrKeyReused when the
+// request differs.
+func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, existing bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		r := in.Request
+		var id string
+		err := tx.QueryRow(ctx, `
+			INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, object_ref,
+				object_version, intended_effect, arguments, route, reason_code, reason, declare_extension, policy_sha256)
+			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)
+			ON CONFLICT (tenant, workflow, idempotency_key) DO NOTHING
+			RETURNING id`,
+			r.Tenant, r.Workflow, r.IdempotencyKey, in.Hash, r.Actor, r.ObjectRef, r.ObjectVersion,
+			r.IntendedEffect, in.Arguments, in.Decision.Route, in.Decision.ReasonCode, in.Decision.Reason,
+			in.Decision.DeclareExtension, in.PolicySHA).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			existing = true
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("insert operation: %w", err)
+		}
+		switch {
+		case in.Task != nil:
+			var ttl *int64
+			if in.Task.RequestedTTL != nil {
+				v := in.Task.RequestedTTL.Milliseconds()
+				ttl = &v
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO tasks (operation_id, server, tool, state, requested_ttl_ms) VALUES ($1,$2,$3,'creating',$4)`,
+				id, in.Task.Server, in.Task.Tool, ttl); err != nil {
+				return fmt.Errorf("insert task: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1,'create','creating','task creation sent')`, id); err != nil {
+				return fmt.Errorf("insert timeline: %w", err)
+			}
+		case in.JobBaseURL != "":
+			if _, err := tx.Exec(ctx, `INSERT INTO job_runs (operation_id, base_url) VALUES ($1,$2)`, id, in.JobBaseURL); err != nil {
+				return fmt.Errorf("insert job run: %w", err)
+			}
+		case in.Handoff:
+			if _, err := tx.Exec(ctx, `INSERT INTO handoff_items (operation_id) VALUES ($1)`, id); err != nil {
+				return fmt.Errorf("insert handoff: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE operations SET attention = $2, attention_reason = 'handoff' WHERE id = $1`, id, AttentionHandoff); err != nil {
+				return err
+			}
+		}
+		if in.RejectReply != nil {
+			in.RejectReply.OperationID = id
+			in.RejectReply.Links = linksFor(id, RouteReject)
+			if err := setResponse(ctx, tx, id, 409, *in.RejectReply); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Operation{}, false, err
+	}
+	r := in.Request
+	op, err = s.byKey(ctx, r.Tenant, r.Workflow, r.IdempotencyKey)
+	if err != nil {
+		return Operation{}, false, err
+	}
+	if existing && op.requestHash != in.Hash {
+		return op, true, fmt.Errorf("key %q of workflow %s was used for operation %s with a different request: %w",
+			r.IdempotencyKey, r.Workflow, op.ID, ErrKeyReused)
+	}
+	return op, existing, nil
+}
+
+func setResponse(ctx context.Context, q querier, id string, status int, body StartResponse) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	_, err = q.Exec(ctx, `UPDATE operations SET response_status = $2, response_body = $3 WHERE id = $1 AND response_status IS NULL`, id, status, b)
+	if err != nil {
+		return fmt.Errorf("store response of %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetResponse stores the first answer given for an operation; later calls change nothing.
+func (s *Store) SetResponse(ctx context.Context, id string, status int, body StartResponse) error {
+	return setResponse(ctx, s.pool, id, status, body)
+}
+
+// Response returns the stored first answer, ok=false when none was stored yet.
+func (s *Store) Response(ctx context.Context, id string) (status int, body StartResponse, ok bool, err error) {
+	var st *int
+	var raw []byte
+	if err := s.pool.QueryRow(ctx, `SELECT response_status, response_body FROM operations WHERE id = $1`, id).Scan(&st, &raw); err != nil {
+		return 0, body, false, notFound(id, err)
+	}
+	if st == nil {
+		return 0, body, false, nil
+	}
+	if err := json.Unmarshal(raw, &body); err != nil {
+		return 0, body, false, fmt.Errorf("decode stored response of %s: %w", id, err)
+	}
+	return *st, body, true, nil
+}
+
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func notFound(id string, err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("operation %s: %w", id, ErrNotFound)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "22P02" { // invalid uuid text
+		return fmt.Errorf("operation %s: %w", id, ErrNotFound)
+	}
+	return fmt.Errorf("operation %s: %w", id, err)
+}
+
+const opColumns = `o.id, o.tenant, o.workflow, o.idempotency_key, o.request_sha256, o.actor, o.object_ref,
+	o.object_version, o.intended_effect, o.arguments, o.route, o.reason_code, o.reason, o.domain_outcome,
+	coalesce(o.attention, ''), coalesce(o.attention_reason, ''), o.created_at, o.updated_at,
+	t.operation_id IS NOT NULL, coalesce(t.server, ''), coalesce(t.tool, ''), coalesce(t.era, ''), coalesce(t.task_id, ''),
+	coalesce(t.state, ''), coalesce(t.status_message, ''), coalesce(t.tool_error, false), t.server_created_at, t.server_updated_at,
+	t.requested_ttl_ms, t.ttl_ms, t.poll_interval_ms, t.deadline, t.next_poll_at, coalesce(t.polls, 0), coalesce(t.failure_kind, ''),
+	coalesce(t.result_state, ''), t.cancel_requested_at, coalesce(t.cancel_requested_by, ''), t.cancel_acknowledged_at, t.terminal_at,
+	coalesce(t.session_id, ''), t.capabilities, coalesce(t.server_name, ''), coalesce(t.server_version, ''),
+	j.operation_id IS NOT NULL, coalesce(j.job_id, ''), coalesce(j.status, ''), coalesce(j.receipt_id, ''), coalesce(j.error, ''),
+	coalesce(j.polls, 0), coalesce(j.base_url, '')`
+
+const opFrom = ` FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id LEFT JOIN job_runs j ON j.operation_id = o.id`
+
+func scanOperation(row pgx.Row) (Operation, error) {
+	var o Operation
+	var t Task
+	var j JobRun
+	var hasTask, hasJob bool
+	var reqTTL, ttl, poll *int64
+	if err := row.Scan(&o.ID, &o.Tenant, &o.Workflow, &o.IdempotencyKey, &o.requestHash, &o.Actor, &o.ObjectRef,
+		&o.ObjectVersion, &o.IntendedEffect, &o.arguments, &o.Route, &o.ReasonCode, &o.Reason, &o.DomainOutcome,
+		&o.Attention, &o.AttentionReason, &o.CreatedAt, &o.UpdatedAt,
+		&hasTask, &t.Server, &t.Tool, &t.Era, &t.TaskID, &t.State, &t.StatusMessage, &t.ToolError, &t.ServerCreatedAt, &t.ServerUpdatedAt,
+		&reqTTL, &ttl, &poll, &t.Deadline, &t.NextPollAt, &t.Polls, &t.FailureKind,
+		&t.ResultState, &t.CancelRequested, &t.CancelBy, &t.CancelAcked, &t.TerminalAt,
+		&t.sessionID, &t.capabilities, &t.serverName, &t.serverVersion,
+		&hasJob, &j.JobID, &j.Status, &j.ReceiptID, &j.Error, &j.Polls, &j.baseURL); err != nil {
+		return o, err
+	}
+	dur := func(p *int64) *time.Duration {
+		if p == nil {
+			return nil
+		}
+		d := time.Duration(*p) * time.Millisecond
+		return &d
+	}
+	t.RequestedTTL, t.TTL = dur(reqTTL), dur(ttl)
+	if poll != nil {
+		t.PollInterval = time.Duration(*poll) * time.Millisecond
+	}
+	if hasTask {
+		o.Task = &t
+	}
+	if hasJob {
+		o.Job = &j
+	}
+	return o, nil
+}
+
+func (s *Store) byKey(ctx context.Context, tenant, workflow, key string) (Operation, error) {
+	op, err := scanOperation(s.pool.QueryRow(ctx, `SELECT `+opColumns+opFrom+
+		` WHERE o.tenant = $1 AND o.workflow = $2 AND o.idempotency_key = $3`, tenant, workflow, key))
+	if err != nil {
+		return op, notFound(key, err)
+	}
+	return op, nil
+}
+
+// Get returns one operation with its task and job.
+func (s *Store) Get(ctx context.Context, id string) (Operation, error) {
+	op, err := scanOperation(s.pool.QueryRow(ctx, `SELECT `+opColumns+opFrom+` WHERE o.id = $1`, id))
+	if err != nil {
+		return op, notFound(id, err)
+	}
+	return op, nil
+}
+
+// ByTask returns the operation of a server's task id.
+func (s *Store) ByTask(ctx context.Context, server, taskID string) (Operation, error) {
+	op, err := scanOperation(s.pool.QueryRow(ctx, `SELECT `+opColumns+opFrom+` WHERE t.server = $1 AND t.task_id = $2`, server, taskID))
+	if err != nil {
+		return op, notFound(server+"/"+taskID, err)
+	}
+	return op, nil
+}
+
+// Detail returns an operation with its timeline, violations, inputs, envelope and
+// reconciliation item.
+func (s *Store) Detail(ctx context.Context, id string) (Detail, error) {
+	op, err := s.Get(ctx, id)
+	if err != nil {
+		return Detail{}, err
+	}
+	d := Detail{Operation: op, Timeline: []TimelineEntry{}, Violations: []Violation{}, Inputs: []PendingInput{}, Mismatched: op.Mismatch()}
+	rows, err := s.pool.Query(ctx, `SELECT at, source, state, message FROM task_timeline WHERE operation_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return d, fmt.Errorf("timeline of %s: %w", id, err)
+	}
+	d.Timeline, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TimelineEntry, error) {
+		var e TimelineEntry
+		return e, r.Scan(&e.At, &e.Source, &e.State, &e.Message)
+	})
+	if err != nil {
+		return d, fmt.Errorf("timeline of %s: %w", id, err)
+	}
+	rows, err = s.pool.Query(ctx, `SELECT task_id, from_state, to_state, source, observed_at FROM transition_violations WHERE operation_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return d, fmt.Errorf("violations of %s: %w", id, err)
+	}
+	d.Violations, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Violation, error) {
+		var v Violation
+		return v, r.Scan(&v.TaskID, &v.From, &v.To, &v.Source, &v.ObservedAt)
+	})
+	if err != nil {
+		return d, fmt.Errorf("violations of %s: %w", id, err)
+	}
+	if d.Inputs, err = s.Inputs(ctx, id); err != nil {
+		return d, err
+	}
+	var e Envelope
+	err = s.pool.QueryRow(ctx, `SELECT status, era, tool_error, error_code, started_at, finished_at, status_message,
+		result_size, result_sha256, preview, evidence_handle, result, fetched_at FROM task_envelopes WHERE operation_id = $1`, id).
+		Scan(&e.Status, &e.Era, &e.ToolError, &e.ErrorCode, &e.StartedAt, &e.FinishedAt, &e.StatusMessage,
+			&e.ResultSize, &e.ResultSHA256, &e.Preview, &e.EvidenceHandle, &e.Result, &e.FetchedAt)
+	switch {
+	case err == nil:
+		d.Envelope = &e
+	case !errors.Is(err, pgx.ErrNoRows):
+		return d, fmt.Errorf("envelope of %s: %w", id, err)
+	}
+	var ri ReconciliationItem
+	err = s.pool.QueryRow(ctx, `SELECT id, reason, opened_at, closed_at FROM reconciliation_items WHERE operation_id = $1 ORDER BY id DESC LIMIT 1`, id).
+		Scan(&ri.ID, &ri.Reason, &ri.OpenedAt, &ri.ClosedAt)
+	switch {
+	case err == nil:
+		d.Reconciliation = &ri
+	case !errors.Is(err, pgx.ErrNoRows):
+		return d, fmt.Errorf("reconciliation item of %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// Inputs returns the input requests of an operation, oldest first.
+func (s *Store) Inputs(ctx context.Context, id string) ([]PendingInput, error) {
+	rows, err := s.pool.Query(ctx, `SELECT input_key, method, mode, message, fields, redaction_class, state, requested_at,
+		expires_at, answered_at, coalesce(answered_by, ''), coalesce(answer_action, '') FROM pending_inputs WHERE operation_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("inputs of %s: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingInput, error) {
+		var p PendingInput
+		var fields []byte
+		if err := r.Scan(&p.Key, &p.Method, &p.Mode, &p.Message, &fields, &p.RedactionClass, &p.State, &p.RequestedAt,
+			&p.ExpiresAt, &p.AnsweredAt, &p.AnsweredBy, &p.Action); err != nil {
+			return p, err
+		}
+		p.Fields = []Field{}
+		return p, json.Unmarshal(fields, &p.Fields)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inputs of %s: %w", id, err)
+	}
+	if out == nil {
+		out = []PendingInput{}
+	}
+	return out, nil
+}
+
+// List returns a page of operations, newest first, with keyset pagination on (created_at, id).
+func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	if f.Limit > 500 {
+		f.Limit = 500
+	}
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if !scope.All {
+		where = append(where, "o.tenant = ANY("+arg(scope.Tenants)+")")
+	}
+	if f.Tenant != "" {
+		where = append(where, "o.tenant = "+arg(f.Tenant))
+	}
+	if f.Workflow != "" {
+		where = append(where, "o.workflow = "+arg(f.Workflow))
+	}
+	if f.Route != "" {
+		where = append(where, "o.route = "+arg(string(f.Route)))
+	}
+	if f.TaskState != "" {
+		where = append(where, "t.state = "+arg(string(f.TaskState)))
+	}
+	if f.DomainOutcome != "" {
+		where = append(where, "o.domain_outcome = "+arg(string(f.DomainOutcome)))
+	}
+	if f.Mismatch {
+		where = append(where, "((t.state IN ('failed','cancelled') AND o.domain_outcome = 'applied') OR (t.state = 'completed' AND o.domain_outcome = 'not_applied'))")
+	}
+	if f.Attention {
+		where = append(where, "o.attention IS NOT NULL")
+	}
+	if f.After != "" {
+		at, id, err := decodeCursor(f.After)
+		if err != nil {
+			return Page{}, err
+		}
+		where = append(where, "(o.created_at, o.id) < ("+arg(at)+", "+arg(id)+"::uuid)")
+	}
+	q := `SELECT ` + opColumns + opFrom
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("list operations: %w", err)
+	}
+	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Operation, error) { return scanOperation(r) })
+	if err != nil {
+		return Page{}, fmt.Errorf("list operations: %w", err)
+	}
+	p := Page{Operations: ops}
+	if p.Operations == nil {
+		p.Operations = []Operation{}
+	}
+	if len(ops) > f.Limit {
+		p.Operations = ops[:f.Limit]
+		last := p.Operations[f.Limit-1]
+		p.Next = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return p, nil
+}
+
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
+}
+
+func decodeCursor(c string) (time.Time, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil {
+		at, id, ok := strings.Cut(string(b), "|")
+		if ok {
+			t, err := time.Parse(time.RFC3339Nano, at)
+			if err == nil && len(id) == 36 {
+				return t, id, nil
+			}
+		}
+	}
+	return time.Time{}, "", fmt.Errorf("%w: bad cursor", ErrInvalidRequest)
+}
+
+// CreatedTask is what a task creation returned.
+type CreatedTask struct {
+	TaskID        string
+	Era           string
+	State         TaskState
+	StatusMessage string
+	SessionID     string
+	Capabilities  json.RawMessage
+	ServerName    string
+	ServerVersion string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	TTL           *time.Duration
+	PollInterval  time.Duration
+	// Deadline is creation + min(granted TTL, policy max TTL).
+	Deadline   time.Time
+	NextPollAt time.Time
+}
+
+// RecordCreated stores the created task (state from CreateTaskResult) and its timeline entry.
+func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var ttl *int64
+		if c.TTL != nil {
+			v := c.TTL.Milliseconds()
+			ttl = &v
+		}
+		resultState := "none"
+		var terminal *time.Time
+		if TaskState(c.State).Final() {
+			resultState = "pending"
+			now := time.Now()
+			terminal = &now
+		}
+		tag, err := tx.Exec(ctx, `UPDATE tasks SET task_id = $2, era = $3, state = $4, status_message = $5, session_id = $6,
+			capabilities = $7, server_name = $8, server_version = $9, server_created_at = $10, server_updated_at = $11,
+			ttl_ms = $12, poll_interval_ms = $13, deadline = $14, next_poll_at = $15, result_state = $16, terminal_at = $17, updated_at = now()
+			WHERE operation_id = $1 AND state = 'creating'`,
+			opID, c.TaskID, c.Era, c.State, c.StatusMessage, c.SessionID, nullJSON(c.Capabilities), c.ServerName, c.ServerVersion,
+			nullTime(c.CreatedAt), nullTime(c.UpdatedAt), ttl, nullMillis(c.PollInterval), c.Deadline, c.NextPollAt, resultState, terminal)
+		if err != nil {
+			return fmt.Errorf("record created task of %s: %w", opID, err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("record created task of %s: task is not creating: %w", opID, ErrNotFound)
+		}
+		return addTimeline(ctx, tx, opID, SourceCreate, string(c.State), c.StatusMessage)
+	})
+}
+
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func nullMillis(d time.Duration) *int64 {
+	if d <= 0 {
+		return nil
+	}
+	v := d.Milliseconds()
+	return &v
+}
+
+func addTimeline(ctx context.Context, q querier, opID, source, state, message string) error {
+	if _, err := q.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1,$2,$3,$4)`,
+		opID, source, state, message); err != nil {
+		return fmt.Errorf("timeline of %s: %w", opID, err)
+	}
+	return nil
+}
+
+// AddTimeline appends a timeline entry.
+func (s *Store) AddTimeline(ctx context.Context, opID, source, state, message string) error {
+	return addTimeline(ctx, s.pool, opID, source, state, message)
+}
+
+// MarkUnknown puts an operation in a dead-end task state (create_unacknowledged, unobservable,
+// expired; "" leaves the task state) with the domain outcome unknown, and opens a
+// reconciliation item with reason. It never sets a protocol failure.
+func (s *Store) MarkUnknown(ctx context.Context, opID string, state TaskState, reason, message string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return markUnknown(ctx, tx, opID, state, reason, message) })
+}
+
+func markUnknown(ctx context.Context, tx pgx.Tx, opID string, state TaskState, reason, message string) error {
+	if state != "" {
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET state = $2, failure_kind = coalesce(failure_kind, $3), next_poll_at = NULL,
+			lease_owner = NULL, lease_expires_at = NULL, terminal_at = coalesce(terminal_at, now()), updated_at = now()
+			WHERE operation_id = $1 AND state NOT IN ('completed','failed','cancelled')`, opID, state, reason); err != nil {
+			return fmt.Errorf("mark task of %s %s: %w", opID, state, err)
+		}
+		if err := addTimeline(ctx, tx, opID, SourceWatcher, string(state), message); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE operations SET domain_outcome = 'unknown', attention = $2, attention_reason = $3, updated_at = now()
+		WHERE id = $1 AND domain_outcome = 'pending'`, opID, AttentionReconcile, reason); err != nil {
+		return fmt.Errorf("mark %s unknown: %w", opID, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO reconciliation_items (operation_id, reason) VALUES ($1,$2)
+		ON CONFLICT (operation_id) WHERE closed_at IS NULL DO NOTHING`, opID, reason); err != nil {
+		return fmt.Errorf("open reconciliation item of %s: %w", opID, err)
+	}
+	return nil
+}
+
+// Observation is one observed task status.
+type Observation struct {
+	State         TaskState
+	StatusMessage string
+	UpdatedAt     time.Time
+	TTL           *time.Duration
+	PollInterval  time.Duration
+}
+
+// ObserveResult says what an observation changed.
+type ObserveResult struct {
+	// Changed is true when the stored state, message or timing changed.
+	Changed bool
+	// Violation is true when the change broke the state machine (recorded, not applied).
+	Violation bool
+	// From is the stored state before.
+	From TaskState
+	// Now is the stored state after.
+	Now TaskState
+	// BecameTerminal is true when this observation moved the task to a terminal state.
+	BecameTerminal bool
+}
+
+// Observe applies one observed status under a row lock: it writes only on change, records a
+// violation instead of moving a stored state backwards, and appends to the timeline when the
+// state or message changed.
+func (s *Store) Observe(ctx context.Context, opID string, obs Observation, source string) (ObserveResult, error) {
+	var res ObserveResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var from TaskState
+		var msg, taskID string
+		var upd *time.Time
+		var poll *int64
+		if err := tx.QueryRow(ctx, `SELECT state, status_message, coalesce(task_id, ''), server_updated_at, poll_interval_ms
+			FROM tasks WHERE operation_id = $1 FOR UPDATE`, opID).Scan(&from, &msg, &taskID, &upd, &poll); err != nil {
+			return notFound(opID, err)
+		}
+		res = ObserveResult{From: from, Now: from}
+		if !validTransition(from, obs.State) {
+			res.Violation = true
+			if _, err := tx.Exec(ctx, `INSERT INTO transition_violations (operation_id, task_id, from_state, to_state, source) VALUES ($1,$2,$3,$4,$5)`,
+				opID, taskID, from, obs.State, source); err != nil {
+				return fmt.Errorf("record violation of %s: %w", opID, err)
+			}
+			return nil
+		}
+		stateChanged := from != obs.State
+		msgChanged := msg != obs.StatusMessage
+		updChanged := !obs.UpdatedAt.IsZero() && (upd == nil || !upd.Equal(obs.UpdatedAt))
+		pollChanged := obs.PollInterval > 0 && (poll == nil || *poll != obs.PollInterval.Milliseconds())
+		if !stateChanged && !msgChanged && !updChanged && !pollChanged {
+			return nil
+		}
+		res.Changed, res.Now = true, obs.State
+		res.BecameTerminal = stateChanged && obs.State.Final()
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET state = $2, status_message = $3, server_updated_at = coalesce($4, server_updated_at),
+			poll_interval_ms = coalesce($5, poll_interval_ms),
+			result_state = CASE WHEN $6 THEN 'pending' ELSE result_state END,
+			terminal_at = CASE WHEN $6 THEN now() ELSE terminal_at END,
+			failure_kind = NULL, first_failure_at = NULL, updated_at = now() WHERE operation_id = $1`,
+			opID, obs.State, obs.StatusMessage, nullTime(obs.UpdatedAt), nullMillis(obs.PollInterval), res.BecameTerminal); err != nil {
+			return fmt.Errorf("observe %s: %w", opID, err)
+		}
+		if stateChanged && from == StateInputRequired {
+			if _, err := tx.Exec(ctx, `UPDATE pending_inputs SET state = 'moved_on' WHERE operation_id = $1 AND state = 'open'`, opID); err != nil {
+				return fmt.Errorf("close inputs of %s: %w", opID, err)
+			}
+		}
+		if stateChanged || msgChanged {
+			return addTimeline(ctx, tx, opID, source, string(obs.State), obs.StatusMessage)
+		}
+		return nil
+	})
+	return res, err
+}
+
+// validTransition is the task state machine over stored states: a status may repeat; working
+// and input_required may go anywhere; creating may become any protocol status; final states
+// never change.
+func validTransition(from, to TaskState) bool {
+	if from == to {
+		return true
+	}
+	switch from {
+	case StateCreating, StateWorking, StateInputRequired:
+		switch to {
+		case StateWorking, StateInputRequired, StateCompleted, StateFailed, StateCancelled:
+			return true
+		}
+	}
+	return false
+}
+
+// RecordFailure notes a failed status read of kind and returns when the failures began.
+func (s *Store) RecordFailure(ctx context.Context, opID, kind string) (since time.Time, err error) {
+	err = s.pool.QueryRow(ctx, `UPDATE tasks SET failure_kind = $2, first_failure_at = coalesce(first_failure_at, now())
+		WHERE operation_id = $1 RETURNING first_failure_at`, opID, kind).Scan(&since)
+	if err != nil {
+		return since, notFound(opID, err)
+	}
+	return since, nil
+}
+
+// ClearFailure forgets failed status reads after a successful one.
+func (s *Store) ClearFailure(ctx context.Context, opID string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE tasks SET failure_kind = NULL, first_failure_at = NULL WHERE operation_id = $1 AND first_failure_at IS NOT NULL`, opID)
+	return err
+}
+
+// Due is a task claimed by a watcher.
+type Due struct {
+	Operation
+	// DueAt is when the poll was due (for lateness).
+	DueAt time.Time
+	// MaxTTL is unused by the store; the watcher fills it from policy.
+}
+
+// ClaimDue claims up to n due tasks for replica: watchable tasks whose next poll is due (or
+// whose deadline passed) and terminal tasks whose outcome is not fetched, skipping rows other
+// replicas hold under an unexpired lease. Each claim moves the next poll forward by the task's
+// poll interval (at least floor) plus jitter, so no other replica polls it before then.
+func (s *Store) ClaimDue(ctx context.Context, replica string, n int, lease, floor, defPoll time.Duration, jitter float64) ([]Due, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH due AS (
+			SELECT operation_id, next_poll_at AS due_at FROM tasks
+			WHERE (state IN ('working','input_required') OR result_state = 'pending')
+			  AND next_poll_at <= now()
+			  AND (lease_expires_at IS NULL OR lease_expires_at < now() OR lease_owner = $1)
+			ORDER BY next_poll_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED)
+		UPDATE tasks t SET lease_owner = $1, lease_expires_at = now() + $3 * interval '1 millisecond',
+			polls = t.polls + 1,
+			next_poll_at = now() + (greatest(coalesce(t.poll_interval_ms, $5), $4) * (1 + random() * $6)) * interval '1 millisecond'
+		FROM due WHERE t.operation_id = due.operation_id
+		RETURNING t.operation_id, due.due_at`,
+		replica, n, lease.Milliseconds(), floor.Milliseconds(), defPoll.Milliseconds(), jitter)
+	if err != nil {
+		return nil, fmt.Errorf("claim due tasks: %w", err)
+	}
+	type claimed struct {
+		id  string
+		due time.Time
+	}
+	cl, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
+		var c claimed
+		return c, r.Scan(&c.id, &c.due)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim due tasks: %w", err)
+	}
+	out := make([]Due, 0, len(cl))
+	for _, c := range cl {
+		op, err := s.Get(ctx, c.id)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, Due{Operation: op, DueAt: c.due})
+	}
+	return out, nil
+}
+
+// Reschedule sets the next poll of a task the replica holds (e.g. sooner after a notification
+// or later after a failure).
+func (s *Store) Reschedule(ctx context.Context, opID string, at time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE tasks SET next_poll_at = $2 WHERE operation_id = $1`, opID, at)
+	return err
+}
+
+// ReleaseLeases drops every lease replica holds, so others take its tasks at once.
+func (s *Store) ReleaseLeases(ctx context.Context, replica string) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE tasks SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = $1`, replica); err != nil {
+		return fmt.Errorf("release task leases: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE job_runs SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = $1`, replica); err != nil {
+		return fmt.Errorf("release job leases: %w", err)
+	}
+	return nil
+}
+
+// RecordEnvelope stores the bounded result record and marks the outcome fetched. The task
+// state is set to the envelope's terminal status when it was not terminal yet (legacy
+// tasks/result may come first); a stored terminal state is never changed.
+func (s *Store) RecordEnvelope(ctx context.Context, opID string, e Envelope, source string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO task_envelopes (operation_id, status, era, tool_error, error_code, started_at, finished_at,
+			status_message, result_size, result_sha256, preview, evidence_handle, result)
+			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) ON CONFLICT (operation_id) DO NOTHING`,
+			opID, e.Status, e.Era, e.ToolError, e.ErrorCode, e.StartedAt, e.FinishedAt, e.StatusMessage, e.ResultSize,
+			e.ResultSHA256, e.Preview, e.EvidenceHandle, nullJSON(e.Result)); err != nil {
+			return fmt.Errorf("store envelope of %s: %w", opID, err)
+		}
+		var from TaskState
+		err := tx.QueryRow(ctx, `SELECT state FROM tasks WHERE operation_id = $1 FOR UPDATE`, opID).Scan(&from)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // sync route: no task row
+		}
+		if err != nil {
+			return notFound(opID, err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET result_state = 'fetched', tool_error = $2, next_poll_at = NULL,
+			lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE operation_id = $1`, opID, e.ToolError); err != nil {
+			return fmt.Errorf("mark result of %s fetched: %w", opID, err)
+		}
+		to := TaskState(e.Status)
+		if !from.Final() && validTransition(from, to) {
+			if _, err := tx.Exec(ctx, `UPDATE tasks SET state = $2, terminal_at = coalesce(terminal_at, now()) WHERE operation_id = $1`, opID, to); err != nil {
+				return err
+			}
+			return addTimeline(ctx, tx, opID, source, string(to), e.StatusMessage)
+		}
+		return nil
+	})
+}
+
+// MarkResultFailed records that the outcome could not be fetched within the result budget; the
+// domain outcome becomes unknown and goes to reconciliation.
+func (s *Store) MarkResultFailed(ctx context.Context, opID, message string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET result_state = 'failed', next_poll_at = NULL, lease_owner = NULL,
+			lease_expires_at = NULL WHERE operation_id = $1`, opID); err != nil {
+			return err
+		}
+		if err := addTimeline(ctx, tx, opID, SourceWatcher, "result_unavailable", message); err != nil {
+			return err
+		}
+		return markUnknown(ctx, tx, opID, "", ReasonResultUnavailable, message)
+	})
+}
+
+// UpsertInputs stores input requests (field names and types only); keys seen before are kept.
+// It returns how many were new.
+func (s *Store) UpsertInputs(ctx context.Context, opID string, in []PendingInput) (int, error) {
+	n := 0
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, p := range in {
+			fields, err := json.Marshal(p.Fields)
+			if err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `INSERT INTO pending_inputs (operation_id, input_key, method, mode, message, fields, redaction_class, expires_at)
+				VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (operation_id, input_key) DO NOTHING`,
+				opID, p.Key, p.Method, p.Mode, p.Message, fields, p.RedactionClass, p.ExpiresAt)
+			if err != nil {
+				return fmt.Errorf("store input %q of %s: %w", p.Key, opID, err)
+			}
+			if tag.RowsAffected() == 1 {
+				n++
+				if err := addTimeline(ctx, tx, opID, SourceWatcher, "input_requested", "input requested: "+p.Key); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// MarkInputAnswered records who answered an input and how (the action, never the values).
+func (s *Store) MarkInputAnswered(ctx context.Context, opID, key, by, action string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE pending_inputs SET state = 'answered', answered_at = now(), answered_by = $3, answer_action = $4
+			WHERE operation_id = $1 AND input_key = $2 AND state = 'open'`, opID, key, by, action)
+		if err != nil {
+			return fmt.Errorf("mark input %q of %s answered: %w", key, opID, err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("input %q of %s: %w", key, opID, ErrNoPendingInput)
+		}
+		return addTimeline(ctx, tx, opID, SourceOperator, "input_answered", fmt.Sprintf("input %s answered (%s) by %s", key, action, by))
+	})
+}
+
+// RequestCancel records a cancel request (who, why) before it is sent.
+func (s *Store) RequestCancel(ctx context.Context, opID, by, reason string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET cancel_requested_at = coalesce(cancel_requested_at, now()),
+			cancel_requested_by = coalesce(cancel_requested_by, $2), cancel_reason = coalesce(cancel_reason, $3) WHERE operation_id = $1`, opID, by, reason); err != nil {
+			return fmt.Errorf("record cancel of %s: %w", opID, err)
+		}
+		return addTimeline(ctx, tx, opID, SourceOperator, "cancel_requested", "cancel requested by "+by+": "+reason)
+	})
+}
+
+// AckCancel records that the server acknowledged a cancel request.
+func (s *Store) AckCancel(ctx context.Context, opID string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET cancel_acknowledged_at = coalesce(cancel_acknowledged_at, now()) WHERE operation_id = $1`, opID); err != nil {
+			return err
+		}
+		return addTimeline(ctx, tx, opID, SourceOperator, "cancel_acknowledged", "the server acknowledged the cancel request")
+	})
+}
+
+type dueJob struct{ op, base, job string }
+
+func collectDueJobs(rows pgx.Rows) ([]dueJob, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueJob, error) {
+		var d dueJob
+		return d, r.Scan(&d.op, &d.base, &d.job)
+	})
+}
