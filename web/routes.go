@@ -6,21 +6,58 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/taskgate/taskgate/auth"
 )
 
-// routes is every route the console serves.
+// routes is every route the console serves, in three groups: public routes, the API for
+// applications (an API token), and the console (a signed-in account; every POST carries the
+// session's CSRF token). Add a console page to the console group under the role it needs, and
+// add its line to routeAccess in matrix_test.go: the role × route matrix test fails on any route
+// missing from that table.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.withRequestID, s.recoverPanics, s.logRequests, securityHeaders)
+	r.Use(s.withRequestID, s.recoverPanics, s.logRequests, securityHeaders, s.crossOrigin, s.loadSession)
 
+	// Public: no sign-in.
 	static, _ := fs.Sub(staticFS, "static")
 	r.Handle("/static/*", http.StripPrefix("/static/", cacheStatic(http.FileServerFS(static))))
-
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
 	r.Handle("/metrics", promhttp.HandlerFor(s.deps.Registry, promhttp.HandlerOpts{Registry: s.deps.Registry}))
+	r.Get("/signin", s.handleSignInForm)
+	r.Post("/signin", s.handleSignIn)
 
-	r.Get("/", s.handleHome)
+	// API for applications: an API token bound to tenants. Handlers call s.allowTenant.
+	r.Route("/api/v1", func(r chi.Router) {
+		r.Use(s.requireToken)
+		r.Get("/whoami", s.handleWhoAmI)
+	})
+
+	// Console: a signed-in account of any role (viewer and up) unless a group says more.
+	// Handlers call s.allowTenant for everything that belongs to a tenant.
+	r.Group(func(r chi.Router) {
+		r.Use(s.requireSignIn, s.checkCSRF)
+
+		r.Get("/", s.handleHome)
+		r.Get("/audit", s.handleAudit)
+		r.Get("/events", s.handleEvents)
+		r.Post("/signout", s.handleSignOut)
+
+		// Admin: accounts and API tokens.
+		r.Group(func(r chi.Router) {
+			r.Use(s.requireRole(auth.RoleAdmin))
+			r.Get("/admin/accounts", s.handleAccounts)
+			r.Post("/admin/accounts", s.handleAddAccount)
+			r.Post("/admin/accounts/{id}/disable", s.accountAction("disable"))
+			r.Post("/admin/accounts/{id}/enable", s.accountAction("enable"))
+			r.Post("/admin/accounts/{id}/reset-password", s.accountAction("reset-password"))
+			r.Get("/admin/tokens", s.handleTokens)
+			r.Post("/admin/tokens", s.handleCreateToken)
+			r.Post("/admin/tokens/{id}/revoke", s.handleRevokeToken)
+		})
+	})
+
 	r.NotFound(s.handleNotFound)
 	return r
 }

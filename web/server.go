@@ -14,6 +14,8 @@ import (
 	"github.com/a-h/templ"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/taskgate/taskgate/audit"
+	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
 )
 
@@ -46,6 +48,16 @@ type Deps struct {
 	Policy *config.Config
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Auth keeps accounts, sessions and API tokens (required).
+	Auth *auth.Store
+	// Audit reads the audit log for its page (required).
+	Audit *audit.Store
+	// TrustedProxy enables sign-in by an authenticating reverse proxy's header (off when its
+	// Header is empty).
+	TrustedProxy TrustedProxy
+	// SecureCookies marks cookies Secure even when the request did not arrive over TLS (set it
+	// behind a TLS-terminating proxy).
+	SecureCookies bool
 }
 
 // Server is the console's HTTP handler.
@@ -53,6 +65,7 @@ type Server struct {
 	deps    Deps
 	metrics *httpMetrics
 	handler http.Handler
+	events  *broker
 }
 
 // NewServer builds the console's handler with every route in routes.go.
@@ -69,11 +82,14 @@ func NewServer(deps Deps) (*Server, error) {
 	if deps.Ready == nil {
 		return nil, errors.New("web: Deps.Ready is required")
 	}
+	if deps.Auth == nil || deps.Audit == nil {
+		return nil, errors.New("web: Deps.Auth and Deps.Audit are required")
+	}
 	m, err := newHTTPMetrics(deps.Registry)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{deps: deps, metrics: m}
+	s := &Server{deps: deps, metrics: m, events: newBroker()}
 	s.handler = s.routes()
 	return s, nil
 }

@@ -5,6 +5,8 @@
 //	console receiver  run the reference MCP Task receiver
 //	console probe     print what an MCP server offers
 //	console call      run one tool call to the end
+//	console users     manage console accounts
+//	console tokens    manage API tokens for applications
 //	console version   print the build
 //
 // main only wires: it calls run with the process's arguments, environment and stdout, under a
@@ -76,6 +78,8 @@ Commands:
   receiver   run the reference MCP Task receiver standalone
   probe      print an MCP server's era, capabilities and tools as JSON
   call       run one tool call to the end, printing each status
+  users      console accounts: add, list, disable, enable, reset-password
+  tokens     API tokens for applications: create, list, revoke
   version    print the build
 
 Run "console COMMAND --help" for a command's options.
@@ -85,6 +89,8 @@ Environment:
   TASKGATE_ADDR      listen address (default 127.0.0.1:8080)
   TASKGATE_DATA_DIR  data directory (default ./.taskgate)
   TASKGATE_CONFIG    policy file (default: the embedded examples/taskgate.yaml)
+  TASKGATE_TRUSTED_HEADER   header an authenticating proxy puts the user's email in (optional)
+  TASKGATE_TRUSTED_PROXIES  addresses/prefixes that header is accepted from
 `
 
 // run is the whole program: main passes the process's arguments, environment and stdout.
@@ -106,6 +112,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return runProbe(ctx, args, stdout)
 	case "call":
 		return runCall(ctx, args, stdout)
+	case "users":
+		return runUsers(ctx, args, getenv, stdout)
+	case "tokens":
+		return runTokens(ctx, args, getenv, stdout)
 	case "version":
 		fmt.Fprintln(stdout, "taskgate", buildVersion())
 		return nil

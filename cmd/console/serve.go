@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/taskgate/taskgate/audit"
+	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/examples"
 	"github.com/taskgate/taskgate/migrations"
@@ -70,6 +72,21 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if _, err := config.NewStore(db.Pool).Record(ctx, policy); err != nil {
 		return err
 	}
+	authStore := auth.NewStore(db.Pool, auth.Options{})
+	if _, err := authStore.PurgeSessions(ctx); err != nil {
+		return err
+	}
+	trusted, err := trustedProxyFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	// The embedded demo (no policy file, no DATABASE_URL) gets one account per role.
+	var demo []demoAccount
+	if *policyPath == "" && dbf.url == "" {
+		if demo, err = ensureDemoAccounts(ctx, authStore); err != nil {
+			return err
+		}
+	}
 
 	// The built-in demo receiver runs in-process on a loopback port of its own.
 	var demoURL string
@@ -100,10 +117,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := web.NewServer(web.Deps{
-		Logger:   logger,
-		Registry: reg,
-		Version:  buildVersion(),
-		Policy:   policy,
+		Logger:       logger,
+		Registry:     reg,
+		Version:      buildVersion(),
+		Policy:       policy,
+		Auth:         authStore,
+		Audit:        audit.NewStore(db.Pool),
+		TrustedProxy: trusted,
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {
 			if err := db.Pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database unreachable: %w", err)
@@ -119,6 +139,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	httpSrv.RegisterOnShutdown(srv.CloseStreams)
+	// Committed audited changes (from every replica) drive the pages' live updates.
+	lctx, stopListen := context.WithCancel(ctx)
+	defer stopListen()
+	audit.Listen(lctx, db.Pool, logger, srv.Publish)
 	errc := make(chan error, 1)
 	go func() { errc <- httpSrv.Serve(ln) }()
 
@@ -131,6 +156,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if demoURL != "" {
 		fmt.Fprintf(stdout, "  demo MCP receiver: %s/mcp\n", demoURL)
 	}
+	printDemoAccounts(stdout, demo)
 	fmt.Fprintln(stdout, "  stop with Ctrl-C")
 
 	select {
