@@ -423,8 +423,8 @@ func TestMCPGoCancelListAndAbandon(t *testing.T) {
 		if err != nil || snap.Task.Status != mcpclient.StatusCancelled || snap.Violation != nil {
 			t.Fatalf("after cancel %+v %v", snap, err)
 		}
-		// Cancelling a terminal task is -32602.
-		if _, err := conn.CancelTask(ctx, task.ID); !errorsIs(err, mcpclient.ErrUnknownTask) {
+		// Cancelling a terminal task is -32602, told apart from an unknown id.
+		if _, err := conn.CancelTask(ctx, task.ID); !errorsIs(err, mcpclient.ErrTaskTerminal) || errorsIs(err, mcpclient.ErrUnknownTask) {
 			t.Errorf("second cancel: %v", err)
 		}
 	})
