@@ -1,0 +1,71 @@
+package watch
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taskgate/taskgate/operations"
+)
+
+type metrics struct {
+	polls         *prometheus.CounterVec
+	lateness      prometheus.Histogram
+	amplification prometheus.Histogram
+	violations    prometheus.Counter
+	budget        *prometheus.CounterVec
+	notifications prometheus.Counter
+}
+
+// stateCollector reports tasks by state from the database at scrape time.
+type stateCollector struct {
+	store *operations.Store
+	desc  *prometheus.Desc
+}
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rows, err := c.store.Pool().Query(ctx, `SELECT state, count(*) FROM tasks GROUP BY state`)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state string
+		var n int64
+		if rows.Scan(&state, &n) == nil {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), state)
+		}
+	}
+}
+
+func newMetrics(reg prometheus.Registerer, store *operations.Store) (*metrics, error) {
+	m := &metrics{
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_watch_polls_total",
+			Help: "tasks/get polls made by this replica, by result (ok, unknown_task, unauthorized, session_gone, unreachable)."}, []string{"result"}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskgate_watch_poll_lateness_seconds",
+			Help: "How late a poll was claimed after it fell due.", Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
+		amplification: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskgate_watch_polling_amplification",
+			Help: "Per finished task: polls made divided by the polls its pollInterval implied.", Buckets: []float64{.25, .5, .75, 1, 1.25, 1.5, 2, 3, 5}}),
+		violations: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_watch_transition_violations_total",
+			Help: "Observed task status changes the state machine forbids."}),
+		budget: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_watch_budget_exhausted_total",
+			Help: "Calls that ran out of their budget, by budget (status, result)."}, []string{"budget"}),
+		notifications: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_watch_notifications_total",
+			Help: "Status notifications applied."}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.polls, m.lateness, m.amplification, m.violations, m.budget, m.notifications,
+		stateCollector{store: store, desc: prometheus.NewDesc("taskgate_tasks", "Tasks by state.", []string{"state"}, nil)}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

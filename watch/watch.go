@@ -1,0 +1,527 @@
+// Package watch runs Taskgate's durable Task watchers.
+//
+// Watching is driven by due times in the database, not by a goroutine per task: every pass a
+// replica claims a batch of due tasks (FOR UPDATE SKIP LOCKED, a lease with an expiry), polls
+// each once under the workflow's status budget, and writes only what changed. The claim itself
+// moves the next poll forward by max(pollInterval, floor) plus jitter, so replicas sharing a
+// database never poll a task twice inside one interval, and a dead replica's tasks pass to the
+// others when its leases expire. An absolute deadline (creation + min(granted TTL, the
+// policy's max TTL)) bounds watching; progress never extends it.
+//
+// Every observation is checked against the task state machine (violations are recorded and
+// counted; a stored state never moves backwards). input_required becomes a pending input
+// (field names and types, never values). A terminal task's outcome is fetched once under the
+// result budget into a bounded envelope. A task that cannot be observed any more (unknown or
+// expired at the server, refused authorisation, unreachable server, session gone) becomes
+// unobservable or expired after a grace period with the domain outcome unknown and a
+// reconciliation item: never failed. Status notifications are applied when they arrive but
+// never relied on.
+package watch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/mcpclient"
+	"github.com/taskgate/taskgate/operations"
+)
+
+// Config configures a watcher Service. Zero values take the documented defaults.
+type Config struct {
+	// Store is the ledger (required).
+	Store *operations.Store
+	// Servers holds the MCP connections (required).
+	Servers *operations.Servers
+	// Policy gives each workflow's budgets and max TTL (required).
+	Policy *config.Config
+	// Operations follows job_api jobs too when set.
+	Operations *operations.Service
+	// ReplicaID names this replica in leases (default hostname-random).
+	ReplicaID string
+	// BatchSize is how many due tasks one pass claims (default 64).
+	BatchSize int
+	// Parallel is how many polls of a pass run at once (default 16).
+	Parallel int
+	// Interval is the pause between passes that found nothing due (default 100ms). A pass
+	// that filled its batch is followed at once by another.
+	Interval time.Duration
+	// Lease is how long a claim stays with this replica (default 30s).
+	Lease time.Duration
+	// PollFloor is the shortest interval between polls of one task (default 250ms).
+	PollFloor time.Duration
+	// DefaultPoll is the interval when the server suggests none (default 1s).
+	DefaultPoll time.Duration
+	// Jitter is the random fraction added to each interval (default 0.1; negative = none).
+	Jitter float64
+	// UnobservableGrace is how long status reads may keep failing before the task becomes
+	// unobservable or expired (default 30s).
+	UnobservableGrace time.Duration
+	// PassTimeout bounds one pass (default 30s).
+	PassTimeout time.Duration
+	// Registerer receives the metrics (default: not registered).
+	Registerer prometheus.Registerer
+	// Logger receives logs; no tokens or elicited values are logged (default: discard).
+	Logger *slog.Logger
+	// AfterPass, when set, is called after every pass with the number of tasks it polled.
+	AfterPass func(polled int)
+}
+
+func (c *Config) validate() error {
+	if c.Store == nil || c.Servers == nil || c.Policy == nil {
+		return errors.New("watch: Store, Servers and Policy are required")
+	}
+	if c.ReplicaID == "" {
+		h, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.ReplicaID = h + "-" + hex.EncodeToString(b[:])
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 64
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = 16
+	}
+	def(&c.Interval, 100*time.Millisecond)
+	def(&c.Lease, 30*time.Second)
+	def(&c.PollFloor, 250*time.Millisecond)
+	def(&c.DefaultPoll, time.Second)
+	def(&c.UnobservableGrace, 30*time.Second)
+	def(&c.PassTimeout, 30*time.Second)
+	if c.Jitter == 0 {
+		c.Jitter = 0.1
+	}
+	if c.Jitter < 0 {
+		c.Jitter = 0
+	}
+	if c.Jitter > 1 {
+		return fmt.Errorf("watch: Jitter %v must be at most 1", c.Jitter)
+	}
+	if c.Lease < c.PollFloor {
+		return fmt.Errorf("watch: Lease %v shorter than PollFloor %v", c.Lease, c.PollFloor)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Service is one replica's watcher.
+type Service struct {
+	cfg     Config
+	store   *operations.Store
+	log     *slog.Logger
+	metrics *metrics
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	bg      context.Context
+	awaits  map[string]bool // legacy tasks/result waits running, by operation id
+	awaitWG sync.WaitGroup
+}
+
+// New validates cfg and returns a stopped Service.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "watch", "replica", cfg.ReplicaID), metrics: m, awaits: map[string]bool{}}
+	cfg.Servers.Observe(s.onStatus, s.onInput)
+	return s, nil
+}
+
+// ReplicaID returns the replica's lease name.
+func (s *Service) ReplicaID() string { return s.cfg.ReplicaID }
+
+// Start starts the watch loop. It returns an error if the service is running.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		return errors.New("watch: already started")
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel, s.done, s.bg = cancel, make(chan struct{}), ctx
+	go s.loop(ctx, s.done)
+	return nil
+}
+
+// Stop ends the loop and the running input waits, then releases this replica's leases so
+// other replicas take its tasks at once. It is idempotent.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel = nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+	s.awaitWG.Wait()
+	ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+	defer c()
+	if err := s.store.ReleaseLeases(ctx, s.cfg.ReplicaID); err != nil {
+		s.log.Warn("release leases", "err", err)
+	}
+}
+
+func (s *Service) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := s.runOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("watch pass", "err", err)
+		}
+		if s.cfg.AfterPass != nil {
+			s.cfg.AfterPass(n)
+		}
+		wait := s.cfg.Interval
+		if n >= s.cfg.BatchSize {
+			wait = 0
+		}
+		t.Reset(wait)
+	}
+}
+
+// runOnce claims one batch of due tasks and polls each once; it also follows due jobs. It
+// returns how many tasks it polled.
+func (s *Service) runOnce(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+	defer cancel()
+	due, err := s.store.ClaimDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll, s.cfg.Jitter)
+	if err != nil {
+		return 0, err
+	}
+	sem := make(chan struct{}, s.cfg.Parallel)
+	var wg sync.WaitGroup
+	for _, d := range due {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.watchOne(ctx, d)
+		}()
+	}
+	wg.Wait()
+	if s.cfg.Operations != nil {
+		if _, err := s.cfg.Operations.FollowDueJobs(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease); err != nil {
+			return len(due), err
+		}
+	}
+	return len(due), nil
+}
+
+func (s *Service) workflow(name string) *config.Workflow {
+	if wf, ok := s.cfg.Policy.Workflow(name); ok {
+		return wf
+	}
+	return &config.Workflow{Name: name, Budgets: config.Budgets{
+		Status: config.Budget{Timeout: config.Duration{Duration: 10 * time.Second}, Retries: 2},
+		Result: config.Budget{Timeout: config.Duration{Duration: 30 * time.Second}, Retries: 2},
+	}}
+}
+
+// watchOne polls one claimed task once, or fetches its outcome, or ends it at its deadline.
+func (s *Service) watchOne(ctx context.Context, d operations.Due) {
+	t := d.Task
+	log := s.log.With("operation", d.ID, "task", t.TaskID)
+	now := time.Now()
+	s.metrics.lateness.Observe(max(0, now.Sub(d.DueAt).Seconds()))
+	wf := s.workflow(d.Workflow)
+	if t.ResultState == "pending" {
+		s.fetchOutcome(ctx, d, wf, nil)
+		return
+	}
+	if t.Deadline != nil && now.After(*t.Deadline) {
+		s.giveUp(ctx, d, operations.StateExpired, operations.ReasonTaskExpired, "the task's deadline passed before a terminal status")
+		return
+	}
+	conn, err := s.cfg.Servers.TaskConn(ctx, t.Server, t)
+	if err != nil {
+		s.failure(ctx, d, nil, err)
+		return
+	}
+	conn.Seed(t.TaskID, mcpclient.Status(t.State))
+	snap, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.Snapshot, error) { return conn.GetTask(ctx, t.TaskID) })
+	s.metrics.polls.WithLabelValues(pollResult(err)).Inc()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			s.metrics.budget.WithLabelValues("status").Inc()
+		}
+		s.failure(ctx, d, conn, err)
+		return
+	}
+	if t.FailureKind != "" {
+		_ = s.store.ClearFailure(ctx, d.ID)
+	}
+	res, err := s.store.Observe(ctx, d.ID, observation(snap.Task), operations.SourcePoll)
+	if err != nil {
+		log.Error("store observation", "err", err)
+		return
+	}
+	if res.Violation {
+		s.metrics.violations.Inc()
+		log.Warn("task status transition violates the state machine", "from", res.From, "to", snap.Task.Status)
+	}
+	if snap.Task.Status == mcpclient.StatusInputRequired && !res.Violation {
+		if len(snap.InputRequests) > 0 {
+			if _, err := s.store.UpsertInputs(ctx, d.ID, operations.InputsFrom(snap.InputRequests, t.Deadline)); err != nil {
+				log.Error("store input requests", "err", err)
+			}
+		}
+		if snap.Task.Era == mcpclient.EraLegacy {
+			s.awaitLegacy(d, conn, wf)
+		}
+	}
+	if res.BecameTerminal {
+		s.fetchOutcome(ctx, d, wf, &snap)
+	}
+}
+
+func pollResult(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, mcpclient.ErrUnknownTask):
+		return "unknown_task"
+	case errors.Is(err, mcpclient.ErrUnauthorized):
+		return "unauthorized"
+	case errors.Is(err, mcpclient.ErrSessionGone):
+		return "session_gone"
+	}
+	return "unreachable"
+}
+
+func observation(t mcpclient.Task) operations.Observation {
+	return operations.Observation{State: operations.TaskState(t.Status), StatusMessage: t.StatusMessage, UpdatedAt: t.LastUpdatedAt,
+		TTL: t.TTL, PollInterval: t.PollInterval}
+}
+
+// withRetries runs f under the budget's timeout, retrying transport failures (reads only).
+func withRetries[T any](ctx context.Context, b config.Budget, f func(context.Context) (T, error)) (T, error) {
+	var last error
+	var zero T
+	for attempt := 0; attempt <= b.Retries; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, b.Timeout.Duration)
+		v, err := f(cctx)
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		last = err
+		if !errors.Is(err, mcpclient.ErrTransportLost) && !errors.Is(err, mcpclient.ErrNotDelivered) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return zero, last
+		case <-time.After(time.Duration(50*(attempt+1)) * time.Millisecond):
+		}
+	}
+	return zero, last
+}
+
+// failure classifies a failed status read. After the grace period (at once for a session the
+// server no longer knows) the task becomes unobservable, or expired when the server does not
+// know it and its TTL has passed; the outcome stays unknown. Never failed.
+func (s *Service) failure(ctx context.Context, d operations.Due, conn mcpclient.Conn, err error) {
+	kind := pollResult(err)
+	log := s.log.With("operation", d.ID, "task", d.Task.TaskID, "kind", kind)
+	if kind == "session_gone" {
+		if conn != nil {
+			s.cfg.Servers.Drop(conn)
+		}
+		s.giveUp(ctx, d, operations.StateUnobservable, operations.ReasonSessionGone, "the server no longer knows the session that created the task")
+		return
+	}
+	since, ferr := s.store.RecordFailure(ctx, d.ID, kind)
+	if ferr != nil {
+		log.Error("record failed status read", "err", ferr)
+		return
+	}
+	if time.Since(since) < s.cfg.UnobservableGrace {
+		log.Info("status read failed", "err", err)
+		return
+	}
+	ttlPassed := d.Task.Deadline != nil && time.Now().After(*d.Task.Deadline)
+	if t := d.Task; t.ServerCreatedAt != nil && t.TTL != nil && time.Now().After(t.ServerCreatedAt.Add(*t.TTL)) {
+		ttlPassed = true
+	}
+	if kind == "unknown_task" && ttlPassed {
+		s.giveUp(ctx, d, operations.StateExpired, operations.ReasonTaskExpired, "the server no longer knows the task and its TTL has passed")
+		return
+	}
+	s.giveUp(ctx, d, operations.StateUnobservable, operations.ReasonTaskUnobservable, "status reads failed for "+s.cfg.UnobservableGrace.String()+" ("+kind+")")
+}
+
+func (s *Service) giveUp(ctx context.Context, d operations.Due, state operations.TaskState, reason, msg string) {
+	if err := s.store.MarkUnknown(ctx, d.ID, state, reason, msg); err != nil {
+		s.log.Error("mark task unknown", "operation", d.ID, "err", err)
+		return
+	}
+	s.log.Warn("task sent to reconciliation", "operation", d.ID, "task", d.Task.TaskID, "state", state, "reason", reason)
+}
+
+// fetchOutcome fetches a terminal task's outcome once under the result budget and keeps the
+// bounded envelope. Extension snapshots carry it inline; the legacy era asks tasks/result.
+func (s *Service) fetchOutcome(ctx context.Context, d operations.Due, wf *config.Workflow, snap *mcpclient.Snapshot) {
+	t := d.Task
+	s.mu.Lock()
+	waiting := s.awaits[d.ID]
+	s.mu.Unlock()
+	if waiting {
+		return // the running tasks/result wait records it
+	}
+	var out mcpclient.Outcome
+	var err error
+	if snap != nil && snap.Outcome != nil {
+		out = *snap.Outcome
+	} else {
+		conn, cerr := s.cfg.Servers.TaskConn(ctx, t.Server, t)
+		if cerr != nil {
+			err = cerr
+		} else if t.Era == string(mcpclient.EraExtension) {
+			var sn mcpclient.Snapshot
+			sn, err = withRetries(ctx, wf.Budgets.Result, func(ctx context.Context) (mcpclient.Snapshot, error) { return conn.GetTask(ctx, t.TaskID) })
+			if err == nil && sn.Outcome != nil {
+				out = *sn.Outcome
+			} else if err == nil {
+				err = fmt.Errorf("task %s: no outcome in a terminal snapshot: %w", t.TaskID, mcpclient.ErrMalformed)
+			}
+		} else {
+			out, err = withRetries(ctx, wf.Budgets.Result, func(ctx context.Context) (mcpclient.Outcome, error) { return conn.AwaitOutcome(ctx, t.TaskID) })
+		}
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			s.metrics.budget.WithLabelValues("result").Inc()
+		}
+		if ctx.Err() != nil {
+			return // pass ended: fetched on a later pass
+		}
+		if err := s.store.MarkResultFailed(ctx, d.ID, "outcome not retrievable: "+err.Error()); err != nil {
+			s.log.Error("mark result failed", "operation", d.ID, "err", err)
+		}
+		return
+	}
+	s.record(ctx, d, wf, out)
+}
+
+func (s *Service) record(ctx context.Context, d operations.Due, wf *config.Workflow, out mcpclient.Outcome) {
+	t := d.Task
+	env := operations.BuildEnvelope(out, t.Server, t.TaskID, wf.KeepResult, t.ServerCreatedAt, time.Now())
+	if err := s.store.RecordEnvelope(ctx, d.ID, env, operations.SourcePoll); err != nil {
+		s.log.Error("store envelope", "operation", d.ID, "err", err)
+		return
+	}
+	if t.ServerCreatedAt != nil && t.PollInterval > 0 {
+		implied := float64(time.Since(*t.ServerCreatedAt)) / float64(t.PollInterval)
+		if implied >= 1 {
+			s.metrics.amplification.Observe(float64(t.Polls) / implied)
+		}
+	}
+}
+
+// awaitLegacy keeps one tasks/result wait open for a 2025-11-25 task in input_required: the
+// server's elicitation requests arrive on it (stored as pending inputs through onInput), and
+// its answer is the outcome. It ends at the task's deadline or when the service stops.
+func (s *Service) awaitLegacy(d operations.Due, conn mcpclient.Conn, wf *config.Workflow) {
+	s.mu.Lock()
+	if s.awaits[d.ID] || s.bg == nil {
+		s.mu.Unlock()
+		return
+	}
+	s.awaits[d.ID] = true
+	bg := s.bg
+	s.awaitWG.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.awaitWG.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.awaits, d.ID)
+			s.mu.Unlock()
+		}()
+		ctx := bg
+		if d.Task.Deadline != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(bg, *d.Task.Deadline)
+			defer cancel()
+		}
+		out, err := conn.AwaitOutcome(ctx, d.Task.TaskID)
+		if err != nil {
+			if bg.Err() == nil {
+				s.log.Info("tasks/result wait ended; polling continues", "operation", d.ID, "err", err)
+			}
+			return
+		}
+		if out.Status.Terminal() {
+			s.record(context.WithoutCancel(bg), d, wf, out)
+		}
+	}()
+}
+
+// onInput stores a legacy input request (elicitation on the tasks/result stream).
+func (s *Service) onInput(server string, r mcpclient.InputRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	op, err := s.store.ByTask(ctx, server, r.TaskID)
+	if err != nil || op.Task == nil {
+		s.log.Warn("input request for an unknown task", "server", server)
+		return
+	}
+	if _, err := s.store.UpsertInputs(ctx, op.ID, operations.InputsFrom([]mcpclient.InputRequest{r}, op.Task.Deadline)); err != nil {
+		s.log.Error("store input request", "operation", op.ID, "err", err)
+	}
+}
+
+// onStatus applies a status notification: a hint, recorded like a poll; a terminal one makes
+// the task due at once so its outcome is fetched.
+func (s *Service) onStatus(server string, snap mcpclient.Snapshot) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	op, err := s.store.ByTask(ctx, server, snap.Task.ID)
+	if err != nil || op.Task == nil || !op.Task.State.Watchable() {
+		return
+	}
+	res, err := s.store.Observe(ctx, op.ID, observation(snap.Task), operations.SourceNotification)
+	if err != nil {
+		s.log.Error("store notification", "operation", op.ID, "err", err)
+		return
+	}
+	s.metrics.notifications.Inc()
+	if res.Violation {
+		s.metrics.violations.Inc()
+	}
+	if res.BecameTerminal || snap.Task.Status == mcpclient.StatusInputRequired {
+		_ = s.store.Reschedule(ctx, op.ID, time.Now())
+	}
+}
