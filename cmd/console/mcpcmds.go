@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/taskgate/taskgate/mcpclient"
@@ -121,6 +122,8 @@ func runProbe(ctx context.Context, args []string, stdout io.Writer) error {
 // [--token T] [--answer JSON] [--era ...]". It returns nil only when the
 // call (or task) completed.
 func runCall(ctx context.Context, args []string, stdout io.Writer) error {
+	// The input answerer prints from its own goroutine.
+	stdout = &lockedWriter{w: stdout}
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	argsJSON := fs.String("args", "{}", "tool arguments as a JSON object")
@@ -214,9 +217,13 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "status %s\n", task.Status)
 
 	// Answer every input request as it is announced.
+	var answering sync.WaitGroup
+	defer answering.Wait() // after stopAnswers: nothing prints once call returns
 	answerCtx, stopAnswers := context.WithCancel(ctx)
 	defer stopAnswers()
+	answering.Add(1)
 	go func() {
+		defer answering.Done()
 		for {
 			select {
 			case r := <-inputs:
@@ -288,6 +295,18 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("call %s: task %s ended %s", tool, task.ID, outcome.Describe())
 	}
 	return nil
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // outcomeOrErr carries an AwaitOutcome answer across a channel.
