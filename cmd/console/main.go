@@ -5,6 +5,7 @@
 //	console receiver  run the reference MCP Task receiver
 //	console probe     print what an MCP server offers
 //	console call      run one tool call to the end
+//	console route     print the route of a workflow for a tenant, and why
 //	console users     manage console accounts
 //	console tokens    manage API tokens for applications
 //	console version   print the build
@@ -78,6 +79,7 @@ Commands:
   receiver   run the reference MCP Task receiver standalone
   probe      print an MCP server's era, capabilities and tools as JSON
   call       run one tool call to the end, printing each status
+  route      print the route a workflow's operation takes for a tenant now, and why
   users      console accounts: add, list, disable, enable, reset-password
   tokens     API tokens for applications: create, list, revoke
   version    print the build
@@ -112,6 +114,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return runProbe(ctx, args, stdout)
 	case "call":
 		return runCall(ctx, args, stdout)
+	case "route":
+		return runRoute(ctx, args, getenv, stdout)
 	case "users":
 		return runUsers(ctx, args, getenv, stdout)
 	case "tokens":

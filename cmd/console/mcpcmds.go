@@ -55,8 +55,10 @@ func runProbe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	token := fs.String("token", "", "bearer token sent as Authorization (never printed)")
 	era := fs.String("era", "auto", "era to speak: auto, legacy (2025-11-25) or extension (2026-07-28)")
+	var save probeSave
+	save.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: console probe URL [--token T] [--era auto|legacy|extension]")
+		fmt.Fprintln(stdout, "usage: console probe URL [--token T] [--era auto|legacy|extension] [--save [--server NAME]]")
 		fmt.Fprintln(stdout, "Prints, as JSON, the era used, the negotiated protocol version, the server info,")
 		fmt.Fprintln(stdout, "capabilities.tasks (or the extension) and every tool with its taskSupport.")
 		fmt.Fprintln(stdout, "URL is an http(s) Streamable HTTP endpoint or stdio:COMMAND ARGS...")
@@ -115,7 +117,10 @@ func runProbe(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	if err := enc.Encode(out); err != nil {
+		return err
+	}
+	return save.run(ctx, pos[0], conn, stdout)
 }
 
 // runCall implements "console call URL TOOL --args JSON [--task] [--ttl MS]
