@@ -809,7 +809,7 @@ func (s *Store) UpsertInputs(ctx context.Context, opID string, in []PendingInput
 func (s *Store) MarkInputAnswered(ctx context.Context, opID, key, by, action string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE pending_inputs SET state = 'answered', answered_at = now(), answered_by = $3, answer_action = $4
-			WHERE operation_id = $1 AND input_key = $2 AND state = 'open'`, opID, key, by, action)
+			WHERE operation_id = $1 AND input_key = $2 AND state IN ('open', 'moved_on') AND answered_at IS NULL`, opID, key, by, action)
 		if err != nil {
 			return fmt.Errorf("mark input %q of %s answered: %w", key, opID, err)
 		}
