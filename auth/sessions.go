@@ -80,13 +80,13 @@ func (s *Store) fail(ctx context.Context, key string, limit int, now time.Time) 
 	_, err := s.pool.Exec(ctx, `
 		INSERT INTO signin_throttle AS t (key, failures, window_start) VALUES ($1, 1, $2)
 		ON CONFLICT (key) DO UPDATE SET
-			failures     = CASE WHEN t.window_start < $2 - $3::interval THEN 1 ELSE t.failures + 1 END,
-			window_start = CASE WHEN t.window_start < $2 - $3::interval THEN $2 ELSE t.window_start END`,
+			failures     = CASE WHEN t.window_start < $2::timestamptz - $3::interval THEN 1 ELSE t.failures + 1 END,
+			window_start = CASE WHEN t.window_start < $2::timestamptz - $3::interval THEN $2 ELSE t.window_start END`,
 		key, now, s.opt.Window)
 	if err != nil {
 		return fmt.Errorf("count failed sign-in: %w", err)
 	}
-	_, err = s.pool.Exec(ctx, `UPDATE signin_throttle SET locked_until = $2 + $3::interval, failures = 0, window_start = $2
+	_, err = s.pool.Exec(ctx, `UPDATE signin_throttle SET locked_until = $2::timestamptz + $3::interval, failures = 0, window_start = $2
 		WHERE key = $1 AND failures >= $4`, key, now, s.opt.LockFor, limit)
 	if err != nil {
 		return fmt.Errorf("lock sign-in: %w", err)
@@ -185,11 +185,11 @@ func (s *Store) SignOut(ctx context.Context, token, requestID string) error {
 // went.
 func (s *Store) PurgeSessions(ctx context.Context) (int64, error) {
 	now := s.opt.Now()
-	tag, err := s.pool.Exec(ctx, `DELETE FROM sessions WHERE expires_at <= $1 OR last_seen_at < $1 - $2::interval`, now, s.opt.SessionIdle)
+	tag, err := s.pool.Exec(ctx, `DELETE FROM sessions WHERE expires_at <= $1 OR last_seen_at < $1::timestamptz - $2::interval`, now, s.opt.SessionIdle)
 	if err != nil {
 		return 0, fmt.Errorf("purge sessions: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM signin_throttle WHERE coalesce(locked_until, window_start) < $1 - $2::interval`,
+	if _, err := s.pool.Exec(ctx, `DELETE FROM signin_throttle WHERE coalesce(locked_until, window_start) < $1::timestamptz - $2::interval`,
 		now, s.opt.Window); err != nil {
 		return 0, fmt.Errorf("purge sign-in throttle: %w", err)
 	}

@@ -10,12 +10,17 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/taskgate/taskgate/audit"
+	"github.com/taskgate/taskgate/auth"
 )
 
 // newBareServer builds a server with only what the public endpoints need.
 func newBareServer(t testing.TB, ready func(context.Context) error) *Server {
 	t.Helper()
-	s, err := NewServer(Deps{Logger: slog.New(slog.DiscardHandler), Ready: ReadinessFunc(ready), Version: "test"})
+	// Public endpoints never touch the account stores, so they run without a database.
+	s, err := NewServer(Deps{Logger: slog.New(slog.DiscardHandler), Ready: ReadinessFunc(ready), Version: "test",
+		Auth: auth.NewStore(nil, auth.Options{Hash: auth.TestHashParams}), Audit: audit.NewStore(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
