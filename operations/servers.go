@@ -42,6 +42,9 @@ type Servers struct {
 	onStatus atomic.Pointer[func(server string, s mcpclient.Snapshot)]
 	onInput  atomic.Pointer[func(server string, r mcpclient.InputRequest)]
 
+	// detaching makes Close leave 2025-11-25 sessions alive at the servers (see Close).
+	detaching atomic.Bool
+
 	mu      sync.Mutex
 	clients map[string]*http.Client
 	conns   map[string]mcpclient.Conn // server, or server \x00 session
@@ -97,6 +100,7 @@ func (s *Servers) HTTPClient(server string) *http.Client {
 	c, ok := s.clients[server]
 	if !ok {
 		c = mcpclient.NewHTTPClient(s.cfg.MaxConnsPerServer)
+		c.Transport = keepSessions{base: c.Transport, detaching: &s.detaching}
 		s.clients[server] = c
 	}
 	return c
@@ -211,8 +215,27 @@ func (s *Servers) Drop(c mcpclient.Conn) {
 	_ = c.Close()
 }
 
-// Close closes every connection.
+// keepSessions swallows the session-terminating DELETE that closing a 2025-11-25 connection
+// sends, while the registry is detaching: the sessions must outlive a console restart so that
+// their tasks stay observable (a task is bound to the session that created it).
+type keepSessions struct {
+	base      http.RoundTripper
+	detaching *atomic.Bool
+}
+
+// RoundTrip implements http.RoundTripper.
+func (k keepSessions) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodDelete && k.detaching.Load() && req.Header.Get("Mcp-Session-Id") != "" {
+		return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: http.NoBody, Header: http.Header{}, Request: req,
+			ProtoMajor: 1, ProtoMinor: 1}, nil
+	}
+	return k.base.RoundTrip(req)
+}
+
+// Close closes every connection, leaving 2025-11-25 sessions alive at the servers so that a
+// restarted console resumes them (Options.Resume) and keeps observing their tasks.
 func (s *Servers) Close() {
+	s.detaching.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[mcpclient.Conn]bool{}
