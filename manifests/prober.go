@@ -246,6 +246,18 @@ func (p *Prober) probe(ctx context.Context, s config.Server, by Probe) (Result, 
 	return res, res.Err
 }
 
+// Read opens a new session to the named server and returns its manifest without storing it
+// (the console stores it with its audit row in one transaction).
+func (p *Prober) Read(ctx context.Context, server string) (*Manifest, error) {
+	s, ok := p.cfg.Policy.Server(server)
+	if !ok {
+		return nil, fmt.Errorf("probe %s: %w", server, ErrUnknownServer)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	return p.read(ctx, *s, p.cfg.Now().UTC())
+}
+
 // read opens a new session to s and builds its manifest.
 func (p *Prober) read(ctx context.Context, s config.Server, at time.Time) (*Manifest, error) {
 	opts, err := DialOptions(s, p.cfg.DemoURL, p.cfg.Getenv)

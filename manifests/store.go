@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -195,9 +196,24 @@ func (s *Store) RecordTx(ctx context.Context, tx pgx.Tx, m *Manifest, p Probe, a
 	return out, nil
 }
 
+// InTx runs fn in one transaction, so a caller can store a probe with its audit row.
+func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
 // RecordFailure stores a failed probe (server unreachable, handshake refused). The error text
 // must not hold secrets; mcpclient errors never carry tokens.
 func (s *Store) RecordFailure(ctx context.Context, server string, at time.Time, probeErr error, p Probe) error {
+	return s.RecordFailureTx(ctx, s.pool, server, at, probeErr, p)
+}
+
+// Execer is a pool or a transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// RecordFailureTx is RecordFailure on the caller's transaction (or pool).
+func (s *Store) RecordFailureTx(ctx context.Context, tx Execer, server string, at time.Time, probeErr error, p Probe) error {
 	msg := "probe failed"
 	if probeErr != nil {
 		msg = probeErr.Error()
@@ -205,7 +221,7 @@ func (s *Store) RecordFailure(ctx context.Context, server string, at time.Time, 
 	if len(msg) > 1024 {
 		msg = msg[:1024]
 	}
-	_, err := s.pool.Exec(ctx, `
+	_, err := tx.Exec(ctx, `
 		INSERT INTO manifest_probes (server, probed_at, ok, error, trigger, actor) VALUES ($1, $2, false, $3, $4, $5)`,
 		server, at.UTC(), msg, string(p.Trigger), p.Actor)
 	if err != nil {

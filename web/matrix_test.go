@@ -25,10 +25,15 @@ var routeAccess = map[string]string{
 
 	"GET /api/v1/whoami": "token",
 
-	"GET /":         "viewer",
-	"GET /audit":    "viewer",
-	"GET /events":   "viewer",
-	"POST /signout": "viewer",
+	"GET /":      "viewer",
+	"GET /audit": "viewer",
+
+	"GET /servers":                  "viewer",
+	"GET /servers/{name}/manifests": "viewer",
+	"GET /workflows":                "viewer",
+	"POST /servers/{name}/probe":    "operator",
+	"GET /events":                   "viewer",
+	"POST /signout":                 "viewer",
 
 	"GET /admin/accounts":                      "admin",
 	"POST /admin/accounts":                     "admin",
@@ -54,6 +59,8 @@ var routePaths = map[string]func(e *testEnv) string{
 	},
 	"/admin/tokens/{id}/revoke": func(e *testEnv) string { return "/admin/tokens/" + id(e.tokenIDs["globex-token"]) + "/revoke" },
 	"/static/*":                 func(*testEnv) string { return "/static/app.css" },
+	"/servers/{name}/manifests": func(*testEnv) string { return "/servers/demo/manifests" },
+	"/servers/{name}/probe":     func(*testEnv) string { return "/servers/demo/probe" },
 }
 
 func id(n int64) string { return strconv.FormatInt(n, 10) }

@@ -41,6 +41,10 @@ func (s *Server) routes() http.Handler {
 
 		r.Get("/", s.handleHome)
 		r.Get("/audit", s.handleAudit)
+		r.Get("/servers", s.handleServers)
+		r.Get("/servers/{name}/manifests", s.handleManifests)
+		r.Get("/workflows", s.handleWorkflows)
+		r.With(s.requireRole(auth.RoleOperator)).Post("/servers/{name}/probe", s.handleProbeNow)
 		r.Get("/events", s.handleEvents)
 		r.Post("/signout", s.handleSignOut)
 

@@ -17,6 +17,8 @@ import (
 	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/manifests"
+	"github.com/taskgate/taskgate/rollout"
 )
 
 //go:embed static
@@ -58,6 +60,12 @@ type Deps struct {
 	// SecureCookies marks cookies Secure even when the request did not arrive over TLS (set it
 	// behind a TLS-terminating proxy).
 	SecureCookies bool
+	// Manifests keeps capability manifests and probes (nil: the servers pages show none).
+	Manifests *manifests.Store
+	// Prober probes a server on demand ("probe now"); nil hides the action.
+	Prober *manifests.Prober
+	// Router decides routes for the workflows page; nil shows the policy only.
+	Router *rollout.Router
 }
 
 // Server is the console's HTTP handler.

@@ -1,0 +1,280 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskgate/taskgate/audit"
+	"github.com/taskgate/taskgate/auth"
+	"github.com/taskgate/taskgate/manifests"
+)
+
+// ServersView is the servers page's model: every configured server in one table.
+type ServersView struct {
+	Page    Page
+	Servers []ServerRow
+	// CanProbe is true when the principal may ask for a probe now (operator and up).
+	CanProbe bool
+	// Flash reports the last probe asked for.
+	Flash, FlashTone string
+}
+
+// ServerRow is one server as the servers page lists it.
+type ServerRow struct {
+	Name, URL, EraSetting string
+	// Probed is false when the server was never probed.
+	Probed    bool
+	Reachable bool
+	LastProbe time.Time
+	LastError string
+	// HasManifest is false when no probe ever succeeded.
+	HasManifest         bool
+	Fingerprint         string
+	Era, Protocol       string
+	ServerName, Version string
+	TaskOps             string
+	Tools               []ToolRow
+	Versions            int64
+	LastSuccess         time.Time
+	ProbeEvery          string
+	Workflows           []string
+}
+
+// ToolRow is one tool with its mode and annotations.
+type ToolRow struct {
+	Name, Mode, Hints string
+}
+
+// ManifestsView is the manifest history page's model.
+type ManifestsView struct {
+	Page     Page
+	Server   string
+	Versions []VersionRow
+	// A and B are the versions compared (0 when fewer than two exist).
+	A, B VersionRow
+	Diff []string
+	// Compared is true when a diff is shown.
+	Compared bool
+}
+
+// VersionRow is one manifest version.
+type VersionRow struct {
+	ID                  int64
+	Fingerprint         string
+	Era, Protocol       string
+	ServerName, Version string
+	FirstSeen, LastSeen time.Time
+	Tools               []ToolRow
+	TaskOps             string
+}
+
+func toolRows(m *manifests.Manifest) []ToolRow {
+	var out []ToolRow
+	for _, t := range m.Tools {
+		var hints string
+		add := func(name string, v *bool) {
+			if v != nil && *v {
+				if hints != "" {
+					hints += ", "
+				}
+				hints += name
+			}
+		}
+		add("read-only", t.ReadOnlyHint)
+		add("destructive", t.DestructiveHint)
+		add("idempotent", t.IdempotentHint)
+		out = append(out, ToolRow{Name: t.Name, Mode: manifests.ModeLabel(t.Mode), Hints: hints})
+	}
+	return out
+}
+
+func taskOps(m *manifests.Manifest) string {
+	ops := ""
+	for _, o := range []struct {
+		on   bool
+		name string
+	}{{m.Tasks.ToolsCall, "tools/call"}, {m.Tasks.Get, "get"}, {m.Tasks.Result, "result"}, {m.Tasks.List, "list"},
+		{m.Tasks.Cancel, "cancel"}, {m.Tasks.Update, "update"}} {
+		if o.on {
+			if ops != "" {
+				ops += " · "
+			}
+			ops += o.name
+		}
+	}
+	if ops == "" {
+		return "no Tasks"
+	}
+	return ops
+}
+
+func versionRow(v manifests.Version) VersionRow {
+	m := v.Manifest
+	return VersionRow{ID: v.ID, Fingerprint: v.Fingerprint, Era: eraLabel(string(m.Era)), Protocol: m.ProtocolVersion,
+		ServerName: m.ServerName, Version: m.ServerVersion, FirstSeen: v.FirstSeen, LastSeen: v.LastSeen,
+		Tools: toolRows(m), TaskOps: taskOps(m)}
+}
+
+// eraLabel names an era for people.
+func eraLabel(era string) string {
+	switch era {
+	case "2025-11-25":
+		return "2025-11-25 core Tasks"
+	case "2026-07-28":
+		return "2026-07-28 tasks extension"
+	}
+	return era
+}
+
+func (s *Server) serverRows(ctx context.Context) ([]ServerRow, error) {
+	var rows []ServerRow
+	if s.deps.Policy == nil {
+		return rows, nil
+	}
+	for _, sv := range s.deps.Policy.Servers {
+		row := ServerRow{Name: sv.Name, URL: sv.URL, EraSetting: sv.Era, ProbeEvery: sv.ProbeEvery.String(),
+			Workflows: manifests.Affected(s.deps.Policy, sv.Name)}
+		if s.deps.Manifests != nil {
+			st, err := s.deps.Manifests.Status(ctx, sv.Name)
+			if err != nil {
+				return nil, err
+			}
+			if st.LastProbe != nil {
+				row.Probed, row.Reachable, row.LastProbe, row.LastError = true, st.LastProbe.OK, st.LastProbe.At, st.LastProbe.Error
+			}
+			row.LastSuccess = st.LastSuccess
+			if st.Latest != nil {
+				m := st.Latest.Manifest
+				row.HasManifest, row.Fingerprint = true, st.Latest.Fingerprint
+				row.Era, row.Protocol, row.ServerName, row.Version = eraLabel(string(m.Era)), m.ProtocolVersion, m.ServerName, m.ServerVersion
+				row.Tools, row.TaskOps, row.Versions = toolRows(m), taskOps(m), st.Latest.ID
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// handleServers lists every configured server with its reachability and latest manifest.
+func (s *Server) handleServers(w http.ResponseWriter, r *http.Request) {
+	s.renderServers(w, r, http.StatusOK, "", "")
+}
+
+func (s *Server) renderServers(w http.ResponseWriter, r *http.Request, status int, flash, tone string) {
+	rows, err := s.serverRows(r.Context())
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	v := ServersView{Page: s.page("MCP servers", "servers"), Servers: rows, Flash: flash, FlashTone: tone,
+		CanProbe: s.deps.Prober != nil && s.deps.Manifests != nil && principal(r).Can(auth.RoleOperator)}
+	s.render(w, r, status, serversPage(v))
+}
+
+// handleProbeNow probes one server on a new session now, storing the manifest (or the failure)
+// and the audit row in one transaction.
+func (s *Server) handleProbeNow(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	if s.deps.Policy == nil {
+		s.handleNotFound(w, r)
+		return
+	}
+	if _, ok := s.deps.Policy.Server(name); !ok {
+		s.handleNotFound(w, r)
+		return
+	}
+	if s.deps.Prober == nil || s.deps.Manifests == nil {
+		s.renderServers(w, r, http.StatusServiceUnavailable, "Probing is not available in this console.", "bad")
+		return
+	}
+	actor := s.actor(r)
+	by := manifests.Probe{Trigger: manifests.TriggerOperator, Actor: actor.Name}
+	at := s.deps.Now().UTC()
+	m, probeErr := s.deps.Prober.Read(r.Context(), name)
+	var rec manifests.Recorded
+	err := s.deps.Manifests.InTx(r.Context(), func(tx pgx.Tx) error {
+		after := map[string]any{"ok": probeErr == nil}
+		if probeErr != nil {
+			if err := s.deps.Manifests.RecordFailureTx(r.Context(), tx, name, at, probeErr, by); err != nil {
+				return err
+			}
+			after["error"] = probeErr.Error()
+		} else {
+			var err error
+			if rec, err = s.deps.Manifests.RecordTx(r.Context(), tx, m, by, manifests.Affected(s.deps.Policy, name)); err != nil {
+				return err
+			}
+			after["fingerprint"], after["changed"], after["version"] = rec.Version.Fingerprint, rec.Changed, rec.Version.ID
+			if rec.Changed {
+				after["previous"], after["pausedWorkflows"], after["voidedVerdicts"] = rec.PreviousFingerprint, rec.PausedWorkflows, rec.VoidedVerdicts
+			}
+		}
+		return audit.Record(r.Context(), tx, audit.Entry{Actor: actor, Action: "server.probe", Target: "server:" + name,
+			After: after, Reason: r.PostFormValue("reason")})
+	})
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	switch {
+	case probeErr != nil:
+		msg := "Probe of " + name + " failed: " + probeErr.Error()
+		if errors.Is(probeErr, context.DeadlineExceeded) {
+			msg = "Probe of " + name + " timed out."
+		}
+		s.renderServers(w, r, http.StatusOK, msg, "bad")
+	case rec.Changed:
+		s.renderServers(w, r, http.StatusOK, "Manifest of "+name+" changed ("+manifests.Short(rec.PreviousFingerprint)+" → "+
+			manifests.Short(rec.Version.Fingerprint)+"): gate verdicts voided and promotion paused for its workflows.", "warn")
+	default:
+		s.renderServers(w, r, http.StatusOK, "Probed "+name+" on a new session: manifest "+manifests.Short(rec.Version.Fingerprint)+
+			" (version "+strconv.FormatInt(rec.Version.ID, 10)+").", "ok")
+	}
+}
+
+// handleManifests shows a server's manifest history and the diff between two versions (?a=&b=;
+// default: the latest against the one before).
+func (s *Server) handleManifests(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	if s.deps.Policy == nil {
+		s.handleNotFound(w, r)
+		return
+	}
+	if _, ok := s.deps.Policy.Server(name); !ok {
+		s.handleNotFound(w, r)
+		return
+	}
+	v := ManifestsView{Page: s.page("Manifests of "+name, "servers"), Server: name}
+	if s.deps.Manifests != nil {
+		hist, err := s.deps.Manifests.History(r.Context(), name, 0, 200)
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		byID := map[int64]manifests.Version{}
+		for _, h := range hist {
+			v.Versions = append(v.Versions, versionRow(h))
+			byID[h.ID] = h
+		}
+		a, _ := strconv.ParseInt(r.URL.Query().Get("a"), 10, 64)
+		b, _ := strconv.ParseInt(r.URL.Query().Get("b"), 10, 64)
+		if a == 0 && b == 0 && len(hist) >= 2 {
+			a, b = hist[1].ID, hist[0].ID
+		}
+		va, okA := byID[a]
+		vb, okB := byID[b]
+		if okA && okB {
+			v.Compared, v.A, v.B = true, versionRow(va), versionRow(vb)
+			for _, c := range manifests.Compare(va.Manifest, vb.Manifest).Changes {
+				v.Diff = append(v.Diff, c.Sentence())
+			}
+		}
+	}
+	s.render(w, r, http.StatusOK, manifestsPage(v))
+}
