@@ -19,8 +19,10 @@ import (
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/examples"
+	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/migrations"
 	"github.com/taskgate/taskgate/receiver"
+	"github.com/taskgate/taskgate/rollout"
 	"github.com/taskgate/taskgate/web"
 )
 
@@ -109,6 +111,28 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		demoURL = "http://" + rln.Addr().String()
 	}
 
+	// Capability manifests: every server probed at start, then on its schedule and on demand;
+	// the router decides routes from them.
+	mstore := manifests.NewStore(db.Pool)
+	mcpDemo := ""
+	if demoURL != "" {
+		mcpDemo = demoURL + "/mcp"
+	}
+	prober, err := manifests.NewProber(manifests.ProberConfig{Policy: policy, Store: mstore, DemoURL: mcpDemo,
+		Getenv: getenv, Logger: logger.With("component", "manifest-prober")})
+	if err != nil {
+		return err
+	}
+	if err := prober.Start(ctx); err != nil {
+		return err
+	}
+	defer prober.Stop()
+	router, err := rollout.NewRouter(rollout.RouterConfig{Policy: policy, Manifests: mstore,
+		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: rollout.NewPGKillSwitch(db.Pool), Logger: logger})
+	if err != nil {
+		return err
+	}
+
 	runner, err := migrations.NewRunner(db.Pool)
 	if err != nil {
 		return err
@@ -124,6 +148,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Auth:         authStore,
 		Audit:        audit.NewStore(db.Pool),
 		TrustedProxy: trusted,
+		Manifests:    mstore,
+		Prober:       prober,
+		Router:       router,
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {
 			if err := db.Pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database unreachable: %w", err)
