@@ -45,6 +45,10 @@ type Servers struct {
 	// detaching makes Close leave 2025-11-25 sessions alive at the servers (see Close).
 	detaching atomic.Bool
 
+	// dialMu serialises dials so that one session is never opened or resumed twice (closing
+	// the loser of a race would end the session at the server).
+	dialMu sync.Mutex
+
 	mu      sync.Mutex
 	clients map[string]*http.Client
 	conns   map[string]mcpclient.Conn // server, or server \x00 session
@@ -141,6 +145,8 @@ func (s *Servers) options(server string) (mcpclient.Options, error) {
 
 // Conn returns the shared connection to a server, dialling it on first use.
 func (s *Servers) Conn(ctx context.Context, server string) (mcpclient.Conn, error) {
+	s.dialMu.Lock()
+	defer s.dialMu.Unlock()
 	s.mu.Lock()
 	c, ok := s.conns[server]
 	s.mu.Unlock()
@@ -176,6 +182,8 @@ func (s *Servers) TaskConn(ctx context.Context, server string, t *Task) (mcpclie
 		return s.Conn(ctx, server)
 	}
 	key := server + "\x00" + t.sessionID
+	s.dialMu.Lock()
+	defer s.dialMu.Unlock()
 	s.mu.Lock()
 	c, ok := s.conns[key]
 	s.mu.Unlock()
