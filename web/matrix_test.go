@@ -25,6 +25,13 @@ var routeAccess = map[string]string{
 
 	"GET /api/v1/whoami": "token",
 
+	"GET /api/v1/openapi.json":            "token",
+	"POST /api/v1/operations":             "token",
+	"GET /api/v1/operations":              "token",
+	"GET /api/v1/operations/{id}":         "token",
+	"POST /api/v1/operations/{id}/cancel": "token",
+	"POST /api/v1/operations/{id}/input":  "token",
+
 	"GET /":      "viewer",
 	"GET /audit": "viewer",
 

@@ -32,6 +32,7 @@ func (s *Server) routes() http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Use(s.requireToken)
 		r.Get("/whoami", s.handleWhoAmI)
+		s.mountOperationsAPI(r) // api_operations.go: operations, openapi.json
 	})
 
 	// Console: a signed-in account of any role (viewer and up) unless a group says more.

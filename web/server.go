@@ -66,6 +66,8 @@ type Deps struct {
 	Prober *manifests.Prober
 	// Router decides routes for the workflows page; nil shows the policy only.
 	Router *rollout.Router
+	// Operations starts and follows operations for /api/v1 (nil: those routes answer 503).
+	Operations OperationsAPI
 }
 
 // Server is the console's HTTP handler.
