@@ -21,8 +21,10 @@ import (
 	"github.com/taskgate/taskgate/examples"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/migrations"
+	"github.com/taskgate/taskgate/operations"
 	"github.com/taskgate/taskgate/receiver"
 	"github.com/taskgate/taskgate/rollout"
+	"github.com/taskgate/taskgate/watch"
 	"github.com/taskgate/taskgate/web"
 )
 
@@ -140,6 +142,25 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer runner.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Operations: the ledger and start path, and this replica's durable Task watchers.
+	opServers := operations.NewServers(operations.ServersConfig{Policy: policy, Getenv: getenv, BuiltinURL: demoURL,
+		Logger: logger.With("component", "mcp")})
+	defer opServers.Close()
+	ops, err := operations.NewService(operations.Config{Store: operations.NewStore(db.Pool), Policy: policy, Servers: opServers,
+		Logger: logger.With("component", "operations")})
+	if err != nil {
+		return err
+	}
+	watcher, err := watch.New(watch.Config{Store: ops.Store(), Servers: opServers, Policy: policy, Operations: ops,
+		Registerer: reg, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := watcher.Start(ctx); err != nil {
+		return err
+	}
+	defer watcher.Stop()
 	srv, err := web.NewServer(web.Deps{
 		Logger:       logger,
 		Registry:     reg,
@@ -151,6 +172,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Manifests:    mstore,
 		Prober:       prober,
 		Router:       router,
+		Operations:   ops,
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {
 			if err := db.Pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database unreachable: %w", err)
