@@ -49,6 +49,12 @@ type Router interface {
 	Decide(ctx context.Context, in RouteInput) (Decision, error)
 }
 
+// RouterFunc adapts a function to Router (e.g. the rollout router, in the console's wiring).
+type RouterFunc func(ctx context.Context, in RouteInput) (Decision, error)
+
+// Decide calls f.
+func (f RouterFunc) Decide(ctx context.Context, in RouteInput) (Decision, error) { return f(ctx, in) }
+
 // PolicyRouter decides from the workflow policy and the live capabilities alone: a Task when
 // the workflow allows one and the server offers it for the tool, otherwise the fallback.
 type PolicyRouter struct{}

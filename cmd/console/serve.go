@@ -148,7 +148,17 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Logger: logger.With("component", "mcp")})
 	defer opServers.Close()
 	ops, err := operations.NewService(operations.Config{Store: operations.NewStore(db.Pool), Policy: policy, Servers: opServers,
-		Logger: logger.With("component", "operations")})
+		Logger: logger.With("component", "operations"),
+		// Routes come from the rollout router: stage, kill switch and the probed manifest.
+		Router: operations.RouterFunc(func(ctx context.Context, in operations.RouteInput) (operations.Decision, error) {
+			r, err := router.Route(ctx, in.Request.Workflow, in.Request.Tenant)
+			if err != nil {
+				return operations.Decision{}, err
+			}
+			d := r.Decision
+			return operations.Decision{Route: operations.Route(d.Route), ReasonCode: string(d.Reason), Reason: d.Sentence,
+				DeclareExtension: d.DeclareExtension}, nil
+		})})
 	if err != nil {
 		return err
 	}
