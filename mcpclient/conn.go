@@ -155,6 +155,13 @@ type Options struct {
 	// Resume restores a legacy HTTP session (Mcp-Session-Id) instead of
 	// initializing a new one.
 	Resume *Resume
+	// KeepSessionOnClose makes Close leave a 2025-11-25 Streamable HTTP
+	// session alive at the server: no session-terminating DELETE is sent,
+	// so a later Dial with Resume continues the session and the tasks bound
+	// to it stay observable. Default false: Close ends the session (the
+	// server may then forget its tasks). No effect in the extension era,
+	// which has no sessions, or on stdio.
+	KeepSessionOnClose bool
 	// OnStatus receives status notifications (legacy notifications/tasks/status
 	// on stdio and the HTTP GET stream; extension notifications/tasks). They
 	// are hints: polling stays authoritative. Called from transport

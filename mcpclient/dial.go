@@ -280,8 +280,9 @@ func extInfo(p probeAnswer) ServerInfo {
 }
 
 func dialLegacyHTTP(ctx context.Context, opts Options, ev Evidence) (Conn, error) {
+	trClient := sessionCloseClient(opts.HTTPClient, opts.KeepSessionOnClose, opts.Token)
 	trOpts := []transport.StreamableHTTPCOption{
-		transport.WithHTTPBasicClient(opts.HTTPClient),
+		transport.WithHTTPBasicClient(trClient),
 		transport.WithHTTPLogger(opts.Logger),
 	}
 	if opts.Token != "" {
@@ -394,4 +395,46 @@ func dialStdio(ctx context.Context, opts Options) (Conn, error) {
 		opts.Detector.Record(key, c.info.Evidence)
 	}
 	return c, nil
+}
+
+// sessionCloseClient returns a copy of c, sharing its connection pool, that
+// governs the session-terminating DELETE mcp-go's transport sends from Close
+// whenever it holds a session id: with keep the DELETE is answered locally
+// with 204 and never reaches the server (mcp-go offers no way to skip it);
+// otherwise it gets the bearer token, which mcp-go leaves off, so that an
+// authenticating server does not refuse to end the session.
+func sessionCloseClient(c *http.Client, keep bool, token string) *http.Client {
+	cp := *c
+	base := cp.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	cp.Transport = sessionCloser{base: base, keep: keep, token: token}
+	return &cp
+}
+
+// sessionCloser handles DELETE requests that carry an Mcp-Session-Id.
+type sessionCloser struct {
+	base  http.RoundTripper
+	keep  bool
+	token string
+}
+
+// RoundTrip implements http.RoundTripper.
+func (s sessionCloser) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodDelete || req.Header.Get(headerSessionID) == "" {
+		return s.base.RoundTrip(req)
+	}
+	if s.keep {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return &http.Response{StatusCode: http.StatusNoContent, Status: "204 No Content", Body: http.NoBody,
+			Header: http.Header{}, Request: req, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
+	}
+	if s.token != "" && req.Header.Get("Authorization") == "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	return s.base.RoundTrip(req)
 }

@@ -42,11 +42,7 @@ type Servers struct {
 	onStatus atomic.Pointer[func(server string, s mcpclient.Snapshot)]
 	onInput  atomic.Pointer[func(server string, r mcpclient.InputRequest)]
 
-	// detaching makes Close leave 2025-11-25 sessions alive at the servers (see Close).
-	detaching atomic.Bool
-
-	// dialMu serialises dials so that one session is never opened or resumed twice (closing
-	// the loser of a race would end the session at the server).
+	// dialMu serialises dials so that one session is never opened or resumed twice.
 	dialMu sync.Mutex
 
 	mu      sync.Mutex
@@ -104,7 +100,6 @@ func (s *Servers) HTTPClient(server string) *http.Client {
 	c, ok := s.clients[server]
 	if !ok {
 		c = mcpclient.NewHTTPClient(s.cfg.MaxConnsPerServer)
-		c.Transport = keepSessions{base: c.Transport, detaching: &s.detaching}
 		s.clients[server] = c
 	}
 	return c
@@ -127,8 +122,11 @@ func (s *Servers) options(server string) (mcpclient.Options, error) {
 	if err != nil {
 		return mcpclient.Options{}, fmt.Errorf("server %s: %w", server, err)
 	}
+	// Sessions outlive the connections: a task is bound to the 2025-11-25 session that created
+	// it, so closing a connection (at a console restart, or after a lost dial race) must not
+	// end the session; a restarted console resumes it (Options.Resume).
 	return mcpclient.Options{
-		URL: u, Token: token, Era: era, Detector: s.detector, HTTPClient: s.HTTPClient(server),
+		URL: u, Token: token, Era: era, Detector: s.detector, HTTPClient: s.HTTPClient(server), KeepSessionOnClose: true,
 		Logger: s.cfg.Logger.With("server", server),
 		OnStatus: func(snap mcpclient.Snapshot) {
 			if f := s.onStatus.Load(); f != nil && *f != nil {
@@ -223,27 +221,9 @@ func (s *Servers) Drop(c mcpclient.Conn) {
 	_ = c.Close()
 }
 
-// keepSessions swallows the session-terminating DELETE that closing a 2025-11-25 connection
-// sends, while the registry is detaching: the sessions must outlive a console restart so that
-// their tasks stay observable (a task is bound to the session that created it).
-type keepSessions struct {
-	base      http.RoundTripper
-	detaching *atomic.Bool
-}
-
-// RoundTrip implements http.RoundTripper.
-func (k keepSessions) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method == http.MethodDelete && k.detaching.Load() && req.Header.Get("Mcp-Session-Id") != "" {
-		return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: http.NoBody, Header: http.Header{}, Request: req,
-			ProtoMajor: 1, ProtoMinor: 1}, nil
-	}
-	return k.base.RoundTrip(req)
-}
-
 // Close closes every connection, leaving 2025-11-25 sessions alive at the servers so that a
 // restarted console resumes them (Options.Resume) and keeps observing their tasks.
 func (s *Servers) Close() {
-	s.detaching.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[mcpclient.Conn]bool{}
