@@ -18,6 +18,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/taskgate/taskgate/reconcile"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -106,14 +108,15 @@ const (
 	// AttentionHandoff marks an operation handed to a person.
 	AttentionHandoff = "needs_handoff"
 
-	ReasonCreateUnacknowledged = "create_unacknowledged"
-	ReasonSyncTimeout          = "sync_timeout"
-	ReasonSyncTransportLost    = "sync_transport_lost"
-	ReasonJobUnacknowledged    = "job_submit_unacknowledged"
-	ReasonTaskUnobservable     = "task_unobservable"
-	ReasonTaskExpired          = "task_expired"
-	ReasonSessionGone          = "session_gone"
-	ReasonResultUnavailable    = "result_unavailable"
+	// The reason codes are reconcile's; see reconcile.Reasons for the whole catalogue.
+	ReasonCreateUnacknowledged = reconcile.ReasonCreateUnacknowledged
+	ReasonSyncTimeout          = reconcile.ReasonSyncTimeout
+	ReasonSyncTransportLost    = reconcile.ReasonSyncTransportLost
+	ReasonJobUnacknowledged    = reconcile.ReasonJobUnacknowledged
+	ReasonTaskUnobservable     = reconcile.ReasonTaskUnobservable
+	ReasonTaskExpired          = reconcile.ReasonTaskExpired
+	ReasonSessionGone          = reconcile.ReasonSessionGone
+	ReasonResultUnavailable    = reconcile.ReasonResultUnavailable
 )
 
 // Timeline sources.

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskgate/taskgate/reconcile"
 )
 
 // Store is the Postgres store of the ledger, tasks, timelines, inputs and envelopes.
@@ -110,6 +112,9 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 				return fmt.Errorf("insert handoff: %w", err)
 			}
 			if _, err := tx.Exec(ctx, `UPDATE operations SET attention = $2, attention_reason = 'handoff' WHERE id = $1`, id, AttentionHandoff); err != nil {
+				return err
+			}
+			if _, err := reconcile.OpenTx(ctx, tx, id, reconcile.ReasonHumanHandoff, "the workflow hands this operation to a person"); err != nil {
 				return err
 			}
 		}
@@ -540,9 +545,8 @@ func markUnknown(ctx context.Context, tx pgx.Tx, opID string, state TaskState, r
 		WHERE id = $1 AND domain_outcome = 'pending'`, opID, AttentionReconcile, reason); err != nil {
 		return fmt.Errorf("mark %s unknown: %w", opID, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO reconciliation_items (operation_id, reason) VALUES ($1,$2)
-		ON CONFLICT (operation_id) WHERE closed_at IS NULL DO NOTHING`, opID, reason); err != nil {
-		return fmt.Errorf("open reconciliation item of %s: %w", opID, err)
+	if _, err := reconcile.OpenTx(ctx, tx, opID, reason, message); err != nil {
+		return err
 	}
 	return nil
 }
