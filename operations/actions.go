@@ -48,6 +48,12 @@ func (s *Service) running(ctx context.Context, scope Scope, id string) (Operatio
 // cancellation. The request (who, why) is recorded first; an acknowledgement is recorded only
 // once observed; the domain outcome is untouched (it stays to be verified).
 func (s *Service) Cancel(ctx context.Context, scope Scope, id, by, reason string) (Detail, error) {
+	return s.CancelRecorded(ctx, scope, id, by, reason, nil)
+}
+
+// CancelRecorded is Cancel with rec writing the audit rows: the request in the transaction
+// that records it, and the server's reply in the transaction that records the reply.
+func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reason string, rec Recorder) (Detail, error) {
 	op, err := s.running(ctx, scope, id)
 	if err != nil {
 		return Detail{}, err
@@ -64,7 +70,7 @@ func (s *Service) Cancel(ctx context.Context, scope Scope, id, by, reason string
 	if conn.Info().Era == mcpclient.EraLegacy && !caps.TasksCancel || conn.Info().Era == mcpclient.EraExtension && !caps.Extension {
 		return Detail{}, fmt.Errorf("cancel %s: %w", id, ErrCancelNotAdvertised)
 	}
-	if err := s.cfg.Store.RequestCancel(ctx, id, by, reason); err != nil {
+	if err := s.cfg.Store.RequestCancel(ctx, id, by, reason, rec.step(StepCancel, op, map[string]any{"requested_by": by})); err != nil {
 		return Detail{}, err
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wf.Budgets.Status.Timeout.Duration)
@@ -72,7 +78,7 @@ func (s *Service) Cancel(ctx context.Context, scope Scope, id, by, reason string
 	res, err := conn.CancelTask(cctx, op.Task.TaskID)
 	switch {
 	case err == nil && res.Task != nil:
-		if err := s.cfg.Store.AckCancel(cctx, id); err != nil {
+		if err := s.cfg.Store.AckCancel(cctx, id, rec.step(StepCancelReply, op, map[string]any{"reply": "acknowledged", "task_status": string(res.Task.Status)})); err != nil {
 			return Detail{}, err
 		}
 		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
@@ -80,17 +86,19 @@ func (s *Service) Cancel(ctx context.Context, scope Scope, id, by, reason string
 			return Detail{}, err
 		}
 	case err == nil:
-		if err := s.cfg.Store.AckCancel(cctx, id); err != nil {
+		if err := s.cfg.Store.AckCancel(cctx, id, rec.step(StepCancelReply, op, map[string]any{"reply": "acknowledged"})); err != nil {
 			return Detail{}, err
 		}
 	case errors.Is(err, mcpclient.ErrTaskTerminal) && res.Task != nil:
-		_ = s.cfg.Store.AddTimeline(cctx, id, SourceOperator, "cancel_refused", "the task was already "+string(res.Task.Status))
+		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceOperator, "cancel_refused", "the task was already "+string(res.Task.Status),
+			rec.step(StepCancelReply, op, map[string]any{"reply": "refused: the task was already " + string(res.Task.Status)}))
 		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
 			UpdatedAt: res.Task.LastUpdatedAt}, SourceOperator); err != nil {
 			return Detail{}, err
 		}
 	default:
-		_ = s.cfg.Store.AddTimeline(cctx, id, SourceOperator, "cancel_unanswered", "cancel request failed: "+safeMessage(err))
+		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceOperator, "cancel_unanswered", "cancel request failed: "+safeMessage(err),
+			rec.step(StepCancelReply, op, map[string]any{"reply": "unanswered: " + safeMessage(err)}))
 		return Detail{}, fmt.Errorf("cancel %s: %w", id, err)
 	}
 	// Poll soon to see what the cancel did.
@@ -102,6 +110,12 @@ func (s *Service) Cancel(ctx context.Context, scope Scope, id, by, reason string
 // state are checked again just before sending; the values are sent to the server and never
 // stored or logged (only who answered, when and the action).
 func (s *Service) AnswerInput(ctx context.Context, scope Scope, id, key, by string, resp mcpclient.InputResponse) (Detail, error) {
+	return s.AnswerInputRecorded(ctx, scope, id, key, by, resp, nil)
+}
+
+// AnswerInputRecorded is AnswerInput with rec writing the audit row (key, action and the
+// server's reply, never the values) in the transaction that records the answer.
+func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key, by string, resp mcpclient.InputResponse, rec Recorder) (Detail, error) {
 	op, err := s.running(ctx, scope, id)
 	if err != nil {
 		if errors.Is(err, ErrNotCancellable) {
@@ -134,6 +148,8 @@ func (s *Service) AnswerInput(ctx context.Context, scope Scope, id, key, by stri
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := conn.AnswerInput(actx, op.Task.TaskID, key, resp); err != nil {
+		_ = s.cfg.Store.AddTimelineRecorded(actx, id, SourceOperator, "input_refused", fmt.Sprintf("answer to input %s (%s) by %s not taken: %s", key, resp.Action, by, safeMessage(err)),
+			rec.step(StepInput, op, map[string]any{"key": key, "action": string(resp.Action), "reply": "not taken: " + safeMessage(err), "values": "redacted"}))
 		if errors.Is(err, mcpclient.ErrUnknownInput) {
 			return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, ErrInputElsewhere)
 		}
@@ -142,7 +158,8 @@ func (s *Service) AnswerInput(ctx context.Context, scope Scope, id, key, by stri
 		}
 		return Detail{}, fmt.Errorf("answer %s input %q: %w", id, key, err)
 	}
-	if err := s.cfg.Store.MarkInputAnswered(actx, id, key, by, string(resp.Action)); err != nil {
+	if err := s.cfg.Store.MarkInputAnswered(actx, id, key, by, string(resp.Action),
+		rec.step(StepInput, op, map[string]any{"key": key, "action": string(resp.Action), "reply": "accepted by the server", "values": "redacted"})); err != nil {
 		return Detail{}, err
 	}
 	_ = s.cfg.Store.Reschedule(actx, id, s.cfg.Now())

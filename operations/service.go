@@ -211,28 +211,12 @@ func (s *Service) Start(ctx context.Context, scope Scope, req StartRequest) (Sta
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
-	ins := Insert{Request: req, Hash: hash, Arguments: args, Decision: d, PolicySHA: s.cfg.Policy.SHA256}
-	switch d.Route {
-	case RouteTask:
-		var ttl *time.Duration
-		if wf.MaxTTL.Duration > 0 {
-			v := wf.MaxTTL.Duration
-			ttl = &v
-		}
-		ins.Task = &NewTaskRow{Server: wf.Server, Tool: wf.Tool, RequestedTTL: ttl}
-	case RouteJobAPI:
-		base, err := s.cfg.Servers.JobAPIURL(wf.Fallback.JobAPI)
-		if err != nil {
-			return StartResult{}, fmt.Errorf("job API of %s: %w", wf.Name, err)
-		}
-		ins.JobBaseURL = base
-	case RouteHandoff:
-		ins.Handoff = true
-	case RouteReject:
-		ins.RejectReply = &StartResponse{Route: RouteReject, ReasonCode: d.ReasonCode, Reason: d.Reason, DomainOutcome: OutcomePending}
-	case RouteSync:
-	default:
-		return StartResult{}, fmt.Errorf("route %s: unknown route %q", req.Workflow, d.Route)
+	ins, err := s.insertFor(wf, Insert{Request: req, Hash: hash, Arguments: args, PolicySHA: s.cfg.Policy.SHA256}, d)
+	if err != nil {
+		return StartResult{}, err
+	}
+	if d.Route == RouteTask && wf.Concurrency > 0 {
+		ins.Capacity = s.capacityCheck(in, d, ins)
 	}
 	op, existing, err := s.cfg.Store.CreateOperation(ctx, ins)
 	if err != nil {
@@ -241,6 +225,8 @@ func (s *Service) Start(ctx context.Context, scope Scope, req StartRequest) (Sta
 	if existing {
 		return s.replay(ctx, op, hash)
 	}
+	// The concurrency cap may have sent the operation to the fallback route.
+	d = Decision{Route: op.Route, ReasonCode: op.ReasonCode, Reason: op.Reason, DeclareExtension: d.DeclareExtension && op.Route == RouteTask}
 	// The call and its bookkeeping outlive a caller that hangs up: a half-recorded start
 	// would be worse than a late answer.
 	cctx := context.WithoutCancel(ctx)

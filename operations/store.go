@@ -63,6 +63,10 @@ type Insert struct {
 	JobBaseURL  string // job_api route
 	Handoff     bool
 	RejectReply *StartResponse // stored at once for the reject route
+	// Capacity, when set, applies the workflow's concurrency cap inside the transaction: it is
+	// called with the workflow's non-terminal tasks (counted under a per-workflow lock) and
+	// returns the insert to write, or an error that writes nothing (see applyCapacity).
+	Capacity func(inFlight int) (Insert, error)
 }
 
 // CreateOperation writes the ledger row, the decision, and the route's first row (a creating
@@ -71,6 +75,12 @@ type Insert struct {
 // request differs.
 func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, existing bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if in.Capacity != nil {
+			var err error
+			if in, err = applyCapacity(ctx, tx, in); err != nil {
+				return err
+			}
+		}
 		r := in.Request
 		var id string
 		err := tx.QueryRow(ctx, `
@@ -810,7 +820,7 @@ func (s *Store) UpsertInputs(ctx context.Context, opID string, in []PendingInput
 }
 
 // MarkInputAnswered records who answered an input and how (the action, never the values).
-func (s *Store) MarkInputAnswered(ctx context.Context, opID, key, by, action string) error {
+func (s *Store) MarkInputAnswered(ctx context.Context, opID, key, by, action string, also ...TxFunc) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE pending_inputs SET state = 'answered', answered_at = now(), answered_by = $3, answer_action = $4
 			WHERE operation_id = $1 AND input_key = $2 AND state IN ('open', 'moved_on') AND answered_at IS NULL`, opID, key, by, action)
@@ -820,28 +830,37 @@ func (s *Store) MarkInputAnswered(ctx context.Context, opID, key, by, action str
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("input %q of %s: %w", key, opID, ErrNoPendingInput)
 		}
-		return addTimeline(ctx, tx, opID, SourceOperator, "input_answered", fmt.Sprintf("input %s answered (%s) by %s", key, action, by))
+		if err := addTimeline(ctx, tx, opID, SourceOperator, "input_answered", fmt.Sprintf("input %s answered (%s) by %s", key, action, by)); err != nil {
+			return err
+		}
+		return runAlso(ctx, tx, also)
 	})
 }
 
 // RequestCancel records a cancel request (who, why) before it is sent.
-func (s *Store) RequestCancel(ctx context.Context, opID, by, reason string) error {
+func (s *Store) RequestCancel(ctx context.Context, opID, by, reason string, also ...TxFunc) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE tasks SET cancel_requested_at = coalesce(cancel_requested_at, now()),
 			cancel_requested_by = coalesce(cancel_requested_by, $2), cancel_reason = coalesce(cancel_reason, $3) WHERE operation_id = $1`, opID, by, reason); err != nil {
 			return fmt.Errorf("record cancel of %s: %w", opID, err)
 		}
-		return addTimeline(ctx, tx, opID, SourceOperator, "cancel_requested", "cancel requested by "+by+": "+reason)
+		if err := addTimeline(ctx, tx, opID, SourceOperator, "cancel_requested", "cancel requested by "+by+": "+reason); err != nil {
+			return err
+		}
+		return runAlso(ctx, tx, also)
 	})
 }
 
 // AckCancel records that the server acknowledged a cancel request.
-func (s *Store) AckCancel(ctx context.Context, opID string) error {
+func (s *Store) AckCancel(ctx context.Context, opID string, also ...TxFunc) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE tasks SET cancel_acknowledged_at = coalesce(cancel_acknowledged_at, now()) WHERE operation_id = $1`, opID); err != nil {
 			return err
 		}
-		return addTimeline(ctx, tx, opID, SourceOperator, "cancel_acknowledged", "the server acknowledged the cancel request")
+		if err := addTimeline(ctx, tx, opID, SourceOperator, "cancel_acknowledged", "the server acknowledged the cancel request"); err != nil {
+			return err
+		}
+		return runAlso(ctx, tx, also)
 	})
 }
 

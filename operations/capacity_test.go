@@ -1,0 +1,115 @@
+package operations_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/taskgate/taskgate/internal/opstest"
+	"github.com/taskgate/taskgate/operations"
+)
+
+const cappedWorkflows = `
+  - {name: capped, server: rcv, tool: work_required, effect: effectful, task_use: required, fallback: {kind: reject},
+     concurrency: 2, backpressure: "429", retry_after: 7s, owners: [ops], idempotency_argument: idempotency_key}
+  - {name: capped-sync, server: rcv, tool: work_optional, effect: read_only, task_use: preferred,
+     fallback: {kind: sync, max_duration: 2s}, concurrency: 1, backpressure: fallback, owners: [ops]}
+`
+
+func TestConcurrencyCapAnswers429WithRetryAfterAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{Extra: cappedWorkflows})
+	// Six starts at once against a cap of two: the per-workflow lock lets exactly two through.
+	var wg sync.WaitGroup
+	results := make([]error, 6)
+	ids := make([]string, 6)
+	for i := range results {
+		wg.Go(func() {
+			res, err := b.Ops.Start(context.Background(), acme, operations.StartRequest{IdempotencyKey: fmt.Sprint("cap-", i),
+				Workflow: "capped", Tenant: "acme", Actor: "app:billing", Arguments: []byte(`{"outcome": "hang"}`)})
+			results[i] = err
+			if err == nil {
+				ids[i] = res.Response.OperationID
+				if res.Response.Route != operations.RouteTask {
+					t.Errorf("start %d took route %s", i, res.Response.Route)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	started, refused := 0, 0
+	for i, err := range results {
+		var ce *operations.CapacityError
+		switch {
+		case err == nil:
+			started++
+		case errors.As(err, &ce) && errors.Is(err, operations.ErrAtCapacity):
+			refused++
+			if ce.RetryAfter != 7*time.Second || ce.RetryAfterSeconds() != 7 || ce.InFlight != 2 || ce.Limit != 2 {
+				t.Errorf("start %d: %+v", i, ce)
+			}
+		default:
+			t.Fatalf("start %d: %v", i, err)
+		}
+	}
+	if started != 2 || refused != 4 {
+		t.Fatalf("started %d, refused %d; want 2 and 4", started, refused)
+	}
+	// A refused start wrote nothing: the ledger holds the two started operations only.
+	page, err := b.Ops.List(context.Background(), acme, operations.Filter{Workflow: "capped"})
+	if err != nil || len(page.Operations) != 2 {
+		t.Fatalf("ledger: %d operations (%v)", len(page.Operations), err)
+	}
+	if n := b.Receiver.Counters().ToolCalls["work_required"]; n != 2 {
+		t.Fatalf("tools/call = %d, want 2", n)
+	}
+	// A repeat of a started key is replayed, never refused at the cap.
+	for i, id := range ids {
+		if id == "" {
+			continue
+		}
+		res, err := b.Ops.Start(context.Background(), acme, operations.StartRequest{IdempotencyKey: fmt.Sprint("cap-", i),
+			Workflow: "capped", Tenant: "acme", Actor: "app:billing", Arguments: []byte(`{"outcome": "hang"}`)})
+		if err != nil || !res.Replayed || res.Response.OperationID != id {
+			t.Fatalf("replay of cap-%d: %+v %v", i, res, err)
+		}
+	}
+	// Cancelling one frees a slot once its task is terminal.
+	var first string
+	for _, id := range ids {
+		if id != "" {
+			first = id
+			break
+		}
+	}
+	if _, err := b.Ops.Cancel(context.Background(), acme, first, "alice", "free a slot"); err != nil {
+		t.Fatal(err)
+	}
+	_, passes := b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 10*time.Second, "cancelled", func() bool { return b.Detail(t, first).Task.State.Final() })
+	res := b.Start(t, "capped", "cap-after", `{"outcome": "hang"}`)
+	if res.Response.Route != operations.RouteTask {
+		t.Fatalf("after a slot freed: %+v", res.Response)
+	}
+}
+
+func TestConcurrencyCapTakesTheFallbackWhenThePolicySaysSo(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{Extra: cappedWorkflows})
+	first := b.Start(t, "capped-sync", "fb-1", `{"outcome": "hang"}`)
+	if first.Response.Route != operations.RouteTask {
+		t.Fatalf("first: %+v", first.Response)
+	}
+	second := b.Start(t, "capped-sync", "fb-2", `{"duration_ms": 10}`)
+	if second.Status != http.StatusCreated || second.Response.Route != operations.RouteSync || second.Response.ReasonCode != "at_capacity" {
+		t.Fatalf("second: %d %+v", second.Status, second.Response)
+	}
+	d := b.Detail(t, second.Response.OperationID)
+	if d.Route != operations.RouteSync || d.Task != nil || d.Envelope == nil {
+		t.Fatalf("fallback operation: route %s task %+v envelope %+v", d.Route, d.Task, d.Envelope)
+	}
+}
