@@ -1,11 +1,13 @@
 // Package mcptest starts real MCP peers for tests on 127.0.0.1: the pinned
-// @modelcontextprotocol/server-everything (installed from interop/package-lock.json with
-// npm ci) and small mcp-go v1.2.1 servers with or without task support.
+// @modelcontextprotocol/server-everything and interop/sdk-task-server.mjs on the pinned
+// TypeScript SDK (installed from interop/package-lock.json with npm ci), and small mcp-go
+// v1.2.1 servers with or without task support.
 package mcptest
 
 import (
 	"bufio"
 	"context"
+	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -39,17 +41,36 @@ func interopDir(tb testing.TB) string {
 // fails.
 func StartEverything(tb testing.TB) string {
 	tb.Helper()
+	node, interop := nodeAndInterop(tb)
+	entry := filepath.Join(interop, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+	p := startNode(tb, node, "0", "--require", filepath.Join(interop, "loopback.cjs"), entry, "streamableHttp")
+	return "http://" + p.addr + "/mcp"
+}
+
+// nodeAndInterop finds node and installs the interop peers (npm ci) when they are missing.
+// It skips when node is absent, except under CI=true where it fails.
+func nodeAndInterop(tb testing.TB) (node, interop string) {
+	tb.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			tb.Fatalf("node is required for the server-everything interop tests in CI: %v", err)
+			tb.Fatalf("node is required for the interop tests in CI: %v", err)
 		}
-		tb.Skip("node not found on PATH: skipping the server-everything interop test")
+		tb.Skip("node not found on PATH: skipping the interop test")
 	}
-	interop := interopDir(tb)
-	entry := filepath.Join(interop, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+	interop = interopDir(tb)
 	npmOnce.Do(func() {
-		if _, err := os.Stat(entry); err == nil {
+		installed := true
+		for _, p := range []string{
+			filepath.Join("@modelcontextprotocol", "server-everything", "dist", "index.js"),
+			filepath.Join("@modelcontextprotocol", "sdk", "package.json"),
+			filepath.Join("zod", "package.json"),
+		} {
+			if _, err := os.Stat(filepath.Join(interop, "node_modules", p)); err != nil {
+				installed = false
+			}
+		}
+		if installed {
 			return
 		}
 		cmd := exec.Command("npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund")
@@ -62,8 +83,21 @@ func StartEverything(tb testing.TB) string {
 	if npmErr != nil {
 		tb.Fatalf("npm ci in interop/: %v", npmErr)
 	}
-	cmd := exec.Command(node, "--require", filepath.Join(interop, "loopback.cjs"), entry, "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT=0")
+	return node, interop
+}
+
+// nodeProc is a started node peer.
+type nodeProc struct {
+	cmd  *exec.Cmd
+	addr string // 127.0.0.1:PORT
+}
+
+// startNode runs node with args and PORT=port, waits for its "TASKGATE_LISTENING" line and
+// checks it bound loopback only. The process is killed at cleanup.
+func startNode(tb testing.TB, node, port string, args ...string) *nodeProc {
+	tb.Helper()
+	cmd := exec.Command(node, args...)
+	cmd.Env = append(os.Environ(), "PORT="+port)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -71,10 +105,8 @@ func StartEverything(tb testing.TB) string {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	p := &nodeProc{cmd: cmd}
+	tb.Cleanup(p.stop)
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -87,13 +119,69 @@ func StartEverything(tb testing.TB) string {
 	select {
 	case a := <-addr:
 		if !strings.HasPrefix(a, "127.0.0.1:") {
-			tb.Fatalf("server-everything bound %s, want loopback only", a)
+			tb.Fatalf("node peer bound %s, want loopback only", a)
 		}
-		return "http://" + a + "/mcp"
+		p.addr = a
+		return p
 	case <-time.After(30 * time.Second):
-		tb.Fatal("server-everything did not start listening")
+		tb.Fatalf("node peer %v did not start listening", args)
 	}
-	return ""
+	return nil
+}
+
+func (p *nodeProc) stop() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+// SDKServer is interop/sdk-task-server.mjs: an MCP server on the official TypeScript SDK
+// (pinned in interop/package.json) whose in-memory task store binds each 2025-11-25 task to
+// the session that created it. Its tool "slow_job" is task-required.
+type SDKServer struct {
+	// URL is the MCP endpoint (http://127.0.0.1:PORT/mcp).
+	URL string
+	// Base is http://127.0.0.1:PORT (GET /counters reports tool calls and live sessions).
+	Base string
+
+	tb   testing.TB
+	node string
+	args []string
+	proc *nodeProc
+}
+
+// StartSDKServer runs the SDK task server on 127.0.0.1; it stops at cleanup. It skips when
+// node is absent, except under CI=true where it fails.
+func StartSDKServer(tb testing.TB) *SDKServer {
+	tb.Helper()
+	node, interop := nodeAndInterop(tb)
+	s := &SDKServer{tb: tb, node: node, args: []string{filepath.Join(interop, "sdk-task-server.mjs")}}
+	s.proc = startNode(tb, node, "0", s.args...)
+	s.Base = "http://" + s.proc.addr
+	s.URL = s.Base + "/mcp"
+	return s
+}
+
+// Restart kills the server and starts a new one on the same port: every session and task is
+// forgotten, as when a real server restarts.
+func (s *SDKServer) Restart() {
+	s.tb.Helper()
+	s.proc.stop()
+	_, port, _ := strings.Cut(s.proc.addr, ":")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ln, err := net.Listen("tcp", s.proc.addr)
+		if err == nil {
+			_ = ln.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			s.tb.Fatalf("port %s still taken after the SDK server stopped: %v", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.proc = startNode(s.tb, s.node, port, s.args...)
 }
 
 // MCPGoServer builds an mcp-go v1.2.1 server named "mcpgo-peer" with three tools: "echo"
