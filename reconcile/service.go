@@ -411,6 +411,17 @@ func (s *Service) claimItems(ctx context.Context) ([]dueItem, error) {
 	return out, nil
 }
 
+// mayStillApply reports a reason under which the call may still be running somewhere: a
+// not_applied answer then only says "not yet" and settles nothing; only applied does, or a person.
+func mayStillApply(r string) bool {
+	switch r {
+	case ReasonCreateUnacknowledged, ReasonSyncTimeout, ReasonSyncTransportLost, ReasonJobUnacknowledged,
+		ReasonTaskUnobservable, ReasonSessionGone:
+		return true
+	}
+	return false
+}
+
 // backoff is the delay before attempt n+1.
 func (s *Service) backoff(n int) time.Duration {
 	d := s.cfg.Backoff
@@ -448,7 +459,7 @@ func (s *Service) reverify(ctx context.Context, d dueItem) error {
 			return err
 		}
 		switch {
-		case a.Outcome == OutcomeApplied || a.Outcome == OutcomeNotApplied:
+		case a.Outcome == OutcomeApplied || a.Outcome == OutcomeNotApplied && !mayStillApply(reason):
 			if _, err := tx.Exec(ctx, `UPDATE reconciliation_items SET state = 'settled', closed_at = now(), closed_by = $2,
 				resolution = $3, next_verify_at = NULL, verify_owner = NULL, verify_lease_expires_at = NULL,
 				claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL WHERE id = $1`, d.id, "verifier:"+src, a.Outcome); err != nil {
