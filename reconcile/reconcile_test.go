@@ -109,7 +109,9 @@ func TestEachSourceOfUnknownOpensAnItem(t *testing.T) {
 		wantState reconcile.State
 	}{
 		{name: "create unacknowledged, settled by the verifier", workflow: "refund-v", args: `{"duration_ms": 50}`,
-			before: func(w *world) { w.Receiver.Knobs().SetTool("work_required", receiver.Fault{DropBeforeCreateResult: true}) },
+			before: func(w *world) {
+				w.Receiver.Knobs().SetTool("work_required", receiver.Fault{DropBeforeCreateResult: true})
+			},
 			reason: reconcile.ReasonCreateUnacknowledged, wantState: reconcile.StateSettled},
 		{name: "sync timeout, no verifier: a person", workflow: "lookup", args: `{"duration_ms": 3000}`,
 			reason: reconcile.ReasonSyncTimeout, wantState: reconcile.StateNeedsPerson},

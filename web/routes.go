@@ -45,6 +45,7 @@ func (s *Server) routes() http.Handler {
 		r.Get("/servers", s.handleServers)
 		r.Get("/servers/{name}/manifests", s.handleManifests)
 		r.Get("/workflows", s.handleWorkflows)
+		s.mountReconcile(r) // reconcile.go: GET /reconcile, /reconcile/{id}; support: claim, release, resolve, retry, bulk
 		r.With(s.requireRole(auth.RoleOperator)).Post("/servers/{name}/probe", s.handleProbeNow)
 		r.Get("/events", s.handleEvents)
 		r.Post("/signout", s.handleSignOut)

@@ -18,6 +18,7 @@ import (
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/manifests"
+	"github.com/taskgate/taskgate/reconcile"
 	"github.com/taskgate/taskgate/rollout"
 )
 
@@ -68,6 +69,8 @@ type Deps struct {
 	Router *rollout.Router
 	// Operations starts and follows operations for /api/v1 (nil: those routes answer 503).
 	Operations OperationsAPI
+	// Reconcile is the reconciliation queue (nil: its pages say it is not enabled).
+	Reconcile *reconcile.Store
 }
 
 // Server is the console's HTTP handler.

@@ -23,6 +23,7 @@ import (
 	"github.com/taskgate/taskgate/migrations"
 	"github.com/taskgate/taskgate/operations"
 	"github.com/taskgate/taskgate/receiver"
+	"github.com/taskgate/taskgate/reconcile"
 	"github.com/taskgate/taskgate/rollout"
 	"github.com/taskgate/taskgate/watch"
 	"github.com/taskgate/taskgate/web"
@@ -171,6 +172,18 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer watcher.Stop()
+	// Reconciliation: outcome verifiers after every terminal task, sync and job answer, and
+	// re-verification of open items with backoff before a person is asked.
+	recStore := reconcile.NewStore(db.Pool, reconcile.Options{ResolutionReasons: policy.ResolutionReasons, Retrier: ops})
+	reconciler, err := reconcile.New(reconcile.Config{Pool: db.Pool, Policy: policy,
+		Lookup: reconcile.Lookup{BuiltinURL: demoURL, Getenv: getenv}, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := reconciler.Start(ctx); err != nil {
+		return err
+	}
+	defer reconciler.Stop()
 	srv, err := web.NewServer(web.Deps{
 		Logger:       logger,
 		Registry:     reg,
@@ -183,6 +196,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Prober:       prober,
 		Router:       router,
 		Operations:   ops,
+		Reconcile:    recStore,
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {
 			if err := db.Pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database unreachable: %w", err)

@@ -1,0 +1,350 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/taskgate/taskgate/auth"
+	"github.com/taskgate/taskgate/operations"
+	"github.com/taskgate/taskgate/reconcile"
+)
+
+// The reconciliation queue: support staff claim, resolve and retry items; viewers read.
+
+// mountReconcile adds the reconciliation pages to the console group: reads for every signed-in
+// account, actions for the support role (admin holds it too).
+func (s *Server) mountReconcile(r chi.Router) {
+	r.Get("/reconcile", s.handleReconcileQueue)
+	r.Get("/reconcile/{id}", s.handleReconcileItem)
+	r.Group(func(r chi.Router) {
+		r.Use(s.requireRole(auth.RoleSupport))
+		r.Post("/reconcile/{id}/claim", s.reconcileAction("claim"))
+		r.Post("/reconcile/{id}/release", s.reconcileAction("release"))
+		r.Post("/reconcile/{id}/resolve", s.reconcileAction("resolve"))
+		r.Post("/reconcile/{id}/retry", s.reconcileAction("retry"))
+		r.Post("/reconcile/bulk", s.handleReconcileBulk)
+	})
+}
+
+// ReconcileQueueView is the queue page.
+type ReconcileQueueView struct {
+	Page
+	Enabled bool
+	// Filter values as typed.
+	Tenant, Workflow, Reason, State, Age, ClaimedBy string
+	Items                                           []reconcile.Item
+	Next                                            string
+	Query                                           string
+	Workflows                                       []string
+	Reasons                                         []string
+	ResolutionReasons                               []string
+	CanAct                                          bool
+	Me                                              string
+	// Preview is how many open items the filter selects (for bulk actions).
+	Preview   int
+	Flash     string
+	FlashTone string
+}
+
+// ReconcileItemView is an item's page: the item, the operation's timeline beside the
+// verifier answers and receipts, and the resolve form.
+type ReconcileItemView struct {
+	Page
+	Item              reconcile.Item
+	Operation         *operations.Detail
+	Verifications     []reconcile.Verification
+	ResolutionReasons []string
+	CanAct            bool
+	Mine              bool
+	Flash             string
+	FlashTone         string
+}
+
+func reconcileScope(r *http.Request) reconcile.Scope {
+	p := principal(r)
+	return reconcile.Scope{All: p.Scope.All, Tenants: p.Scope.Tenants}
+}
+
+// reconcileFilter reads the queue's filters from the query or the form.
+func reconcileFilter(get func(string) string, me string) (reconcile.Filter, error) {
+	f := reconcile.Filter{Tenant: get("tenant"), Workflow: get("workflow"), Reason: get("reason"), State: get("state"),
+		ClaimedBy: get("claimed_by"), After: get("after")}
+	if f.ClaimedBy == "me" {
+		f.ClaimedBy = me
+	}
+	if a := get("age"); a != "" {
+		d, err := time.ParseDuration(a)
+		if err != nil || d < 0 {
+			return f, errors.New("age: want a duration such as 30m or 24h")
+		}
+		f.OlderThan = d
+	}
+	return f, nil
+}
+
+func (s *Server) queueView(r *http.Request, get func(string) string) (ReconcileQueueView, int) {
+	p := principal(r)
+	v := ReconcileQueueView{Page: s.page("Reconciliation", "reconcile"), Enabled: s.deps.Reconcile != nil,
+		Tenant: get("tenant"), Workflow: get("workflow"), Reason: get("reason"), State: get("state"), Age: get("age"),
+		ClaimedBy: get("claimed_by"), Reasons: reconcile.Reasons(), CanAct: p.Can(auth.RoleSupport), Me: p.Name}
+	if s.deps.Policy != nil {
+		for _, w := range s.deps.Policy.Workflows {
+			v.Workflows = append(v.Workflows, w.Name)
+		}
+	}
+	if !v.Enabled {
+		return v, http.StatusOK
+	}
+	v.ResolutionReasons = s.deps.Reconcile.ResolutionReasons()
+	f, err := reconcileFilter(get, p.Name)
+	if err != nil {
+		v.Flash, v.FlashTone = err.Error(), "bad"
+		return v, http.StatusBadRequest
+	}
+	if f.Tenant != "" && !p.Allows(f.Tenant) {
+		return v, http.StatusOK // nothing of another tenant is shown, not even its absence
+	}
+	page, err := s.deps.Reconcile.List(r.Context(), reconcileScope(r), f)
+	if err != nil {
+		v.Flash, v.FlashTone = err.Error(), "bad"
+		return v, http.StatusBadRequest
+	}
+	v.Items, v.Next = page.Items, page.Next
+	q := url.Values{}
+	for _, k := range []string{"tenant", "workflow", "reason", "state", "age", "claimed_by"} {
+		if val := get(k); val != "" {
+			q.Set(k, val)
+		}
+	}
+	v.Query = q.Encode()
+	if v.CanAct && (f.State == "" || f.State == string(reconcile.StateVerifying) || f.State == string(reconcile.StateNeedsPerson)) {
+		if n, err := s.deps.Reconcile.Preview(r.Context(), reconcileScope(r), f); err == nil {
+			v.Preview = n
+		}
+	}
+	return v, http.StatusOK
+}
+
+func (s *Server) handleReconcileQueue(w http.ResponseWriter, r *http.Request) {
+	v, status := s.queueView(r, r.URL.Query().Get)
+	s.render(w, r, status, reconcileQueuePage(v))
+}
+
+// reconcileItem loads the item of the {id} parameter after the tenant check; false means the
+// response is written.
+func (s *Server) reconcileItem(w http.ResponseWriter, r *http.Request) (reconcile.Item, bool) {
+	if s.deps.Reconcile == nil {
+		http.Error(w, "reconciliation is not enabled on this console", http.StatusServiceUnavailable)
+		return reconcile.Item{}, false
+	}
+	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+	if err != nil {
+		s.handleNotFound(w, r)
+		return reconcile.Item{}, false
+	}
+	tenant, err := s.deps.Reconcile.Tenant(r.Context(), id)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		s.handleNotFound(w, r)
+		return reconcile.Item{}, false
+	}
+	if err != nil {
+		s.serverError(w, r, err)
+		return reconcile.Item{}, false
+	}
+	if !s.allowTenant(w, r, tenant) {
+		return reconcile.Item{}, false
+	}
+	it, err := s.deps.Reconcile.Get(r.Context(), reconcileScope(r), id)
+	if err != nil {
+		s.serverError(w, r, err)
+		return reconcile.Item{}, false
+	}
+	return it, true
+}
+
+func (s *Server) itemView(r *http.Request, it reconcile.Item) (ReconcileItemView, error) {
+	p := principal(r)
+	v := ReconcileItemView{Page: s.page("Reconciliation item "+strconv.FormatInt(it.ID, 10), "reconcile"), Item: it,
+		ResolutionReasons: s.deps.Reconcile.ResolutionReasons(), CanAct: p.Can(auth.RoleSupport), Mine: it.ClaimedBy == p.Name}
+	vs, err := s.deps.Reconcile.Verifications(r.Context(), reconcileScope(r), it.OperationID)
+	if err != nil {
+		return v, err
+	}
+	v.Verifications = vs
+	if s.deps.Operations != nil {
+		if d, err := s.deps.Operations.Get(r.Context(), apiScope(r), it.OperationID); err == nil {
+			v.Operation = &d
+		}
+	}
+	return v, nil
+}
+
+func (s *Server) handleReconcileItem(w http.ResponseWriter, r *http.Request) {
+	it, ok := s.reconcileItem(w, r)
+	if !ok {
+		return
+	}
+	v, err := s.itemView(r, it)
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, reconcileItemPage(v))
+}
+
+// reconcileError maps a reconcile error to a status and a message for people.
+func reconcileError(err error) (int, string) {
+	switch {
+	case errors.Is(err, reconcile.ErrClaimed):
+		return http.StatusConflict, "Refused: " + err.Error() + ". Claims are never taken over; wait for it to expire or ask the holder."
+	case errors.Is(err, reconcile.ErrNotClaimed):
+		return http.StatusConflict, "Claim the item first."
+	case errors.Is(err, reconcile.ErrClosed):
+		return http.StatusConflict, "The item is already closed."
+	case errors.Is(err, reconcile.ErrRetryNotAllowed), errors.Is(err, operations.ErrNotRetryable):
+		return http.StatusConflict, "A retry is offered only once, after the outcome was resolved not_applied."
+	case errors.Is(err, reconcile.ErrInvalid):
+		return http.StatusUnprocessableEntity, err.Error()
+	case errors.Is(err, reconcile.ErrConfirmation):
+		return http.StatusUnprocessableEntity, err.Error()
+	case errors.Is(err, reconcile.ErrNotFound):
+		return http.StatusNotFound, "No such item."
+	}
+	return 0, ""
+}
+
+// reconcileAction handles claim, release, resolve and retry on one item; each is audited in
+// the transaction that makes it.
+func (s *Server) reconcileAction(action string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		it, ok := s.reconcileItem(w, r)
+		if !ok {
+			return
+		}
+		actor, scope := s.actor(r), reconcileScope(r)
+		var err error
+		msg := ""
+		switch action {
+		case "claim":
+			_, err = s.deps.Reconcile.Claim(r.Context(), actor, scope, it.ID, 0)
+			msg = "Claimed. Your claim expires in " + reconcile.DefaultLease.String() + "."
+		case "release":
+			_, err = s.deps.Reconcile.Release(r.Context(), actor, scope, it.ID)
+			msg = "Claim released."
+		case "resolve":
+			_, err = s.deps.Reconcile.Resolve(r.Context(), actor, scope, it.ID, reconcile.Resolution{
+				Outcome: reconcile.Outcome(r.PostFormValue("outcome")), Reason: r.PostFormValue("reason"),
+				Note: r.PostFormValue("note"), EvidenceURL: r.PostFormValue("evidence_url")})
+			msg = "Resolved as " + r.PostFormValue("outcome") + "."
+		case "retry":
+			_, err = s.deps.Reconcile.Retry(r.Context(), actor, scope, it.ID)
+			msg = "Retry sent with the same idempotency key."
+		}
+		status, tone := http.StatusOK, "ok"
+		if err != nil {
+			st, m := reconcileError(err)
+			if st == 0 {
+				s.serverError(w, r, err)
+				return
+			}
+			status, tone, msg = st, "bad", m
+		}
+		cur, gerr := s.deps.Reconcile.Get(r.Context(), scope, it.ID)
+		if gerr != nil {
+			s.serverError(w, r, gerr)
+			return
+		}
+		v, verr := s.itemView(r, cur)
+		if verr != nil {
+			s.serverError(w, r, verr)
+			return
+		}
+		v.Flash, v.FlashTone = msg, tone
+		s.render(w, r, status, reconcileItemPage(v))
+	}
+}
+
+// handleReconcileBulk runs a bulk action over the items the posted filter selects, after the
+// typed confirmation, as one audited batch.
+func (s *Server) handleReconcileBulk(w http.ResponseWriter, r *http.Request) {
+	if s.deps.Reconcile == nil {
+		http.Error(w, "reconciliation is not enabled on this console", http.StatusServiceUnavailable)
+		return
+	}
+	get := r.PostFormValue
+	p := principal(r)
+	f, err := reconcileFilter(get, p.Name)
+	status, tone, msg := http.StatusOK, "ok", ""
+	if err == nil && f.Tenant != "" && !p.Allows(f.Tenant) {
+		s.forbidden(w, r, "That tenant is outside your scope.")
+		return
+	}
+	if err != nil {
+		status, tone, msg = http.StatusUnprocessableEntity, "bad", err.Error()
+	} else {
+		res, berr := s.deps.Reconcile.Bulk(r.Context(), s.actor(r), reconcileScope(r), reconcile.BulkRequest{Filter: f,
+			Action: get("action"), Confirm: get("confirm"), Resolution: reconcile.Resolution{Outcome: reconcile.Outcome(get("outcome")),
+				Reason: get("reason_text"), Note: get("note"), EvidenceURL: get("evidence_url")}})
+		if berr != nil {
+			st, m := reconcileError(berr)
+			if st == 0 {
+				s.serverError(w, r, berr)
+				return
+			}
+			status, tone, msg = st, "bad", m
+		} else {
+			msg = "Batch " + strconv.FormatInt(res.BatchID, 10) + ": " + get("action") + " applied to " + strconv.Itoa(res.Applied) +
+				" of " + strconv.Itoa(res.Matched) + " items; " + strconv.Itoa(len(res.Skipped)) + " skipped."
+			if len(res.Skipped) > 0 {
+				tone = "warn"
+			}
+		}
+	}
+	v, _ := s.queueView(r, get)
+	v.Flash, v.FlashTone = msg, tone
+	s.render(w, r, status, reconcileQueuePage(v))
+}
+
+func itemStateTone(st reconcile.State) string {
+	switch st {
+	case reconcile.StateNeedsPerson:
+		return "warn"
+	case reconcile.StateVerifying:
+		return "info"
+	case reconcile.StateSettled, reconcile.StateResolved:
+		return "ok"
+	}
+	return "idle"
+}
+
+func outcomeTone(o string) string {
+	switch o {
+	case "applied":
+		return "ok"
+	case "not_applied", "compensated", "duplicate":
+		return "info"
+	case "unknown":
+		return "bad"
+	}
+	return "idle"
+}
+
+func queueHref(v ReconcileQueueView) string {
+	q, _ := url.ParseQuery(v.Query)
+	q.Set("after", v.Next)
+	return "/reconcile?" + q.Encode()
+}
+
+func itemHref(id int64) string { return "/reconcile/" + strconv.FormatInt(id, 10) }
+
+func optSelected(cur, v string) bool { return strings.EqualFold(cur, v) }
+
+func intStr(n int) string { return strconv.Itoa(n) }
+
+func idStr(n int64) string { return strconv.FormatInt(n, 10) }
