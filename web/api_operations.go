@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/mcpclient"
 	"github.com/taskgate/taskgate/operations"
 )
@@ -28,6 +31,22 @@ type OperationsAPI interface {
 	List(ctx context.Context, scope operations.Scope, f operations.Filter) (operations.Page, error)
 	Cancel(ctx context.Context, scope operations.Scope, id, by, reason string) (operations.Detail, error)
 	AnswerInput(ctx context.Context, scope operations.Scope, id, key, by string, resp mcpclient.InputResponse) (operations.Detail, error)
+	// CancelRecorded and AnswerInputRecorded are Cancel and AnswerInput with the audit rows
+	// written by rec in the transactions that record each step.
+	CancelRecorded(ctx context.Context, scope operations.Scope, id, by, reason string, rec operations.Recorder) (operations.Detail, error)
+	AnswerInputRecorded(ctx context.Context, scope operations.Scope, id, key, by string, resp mcpclient.InputResponse, rec operations.Recorder) (operations.Detail, error)
+	// Overview is the on-call picture of the ledger for the console's overview.
+	Overview(ctx context.Context, scope operations.Scope, window time.Duration) (operations.Overview, error)
+}
+
+// opRecorder writes the audit row of each step of an operator action on an operation (cancel,
+// its reply, an input answer) as the request's principal, with reason.
+func (s *Server) opRecorder(r *http.Request, reason string) operations.Recorder {
+	actor := s.actor(r)
+	return func(ctx context.Context, tx pgx.Tx, st operations.Step) error {
+		return audit.Record(ctx, tx, audit.Entry{Actor: actor, Tenant: st.Operation.Tenant, Action: st.Action,
+			Target: "operation:" + st.Operation.ID, After: st.After, Reason: reason})
+	}
 }
 
 // mountOperationsAPI adds the operation routes to the /api/v1 group (API token required).
@@ -88,8 +107,12 @@ func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 		{operations.ErrNotCancellable, http.StatusConflict, "not_cancellable"},
 		{operations.ErrNoPendingInput, http.StatusConflict, "no_pending_input"},
 		{operations.ErrInputElsewhere, http.StatusConflict, "input_held_elsewhere"},
+		{operations.ErrAtCapacity, http.StatusTooManyRequests, "at_capacity"},
 	} {
 		if errors.Is(err, m.err) {
+			if ce := (*operations.CapacityError)(nil); errors.As(err, &ce) {
+				w.Header().Set("Retry-After", strconv.Itoa(ce.RetryAfterSeconds()))
+			}
 			msg := err.Error()
 			if m.status == http.StatusNotFound {
 				msg = "no such operation"
@@ -201,7 +224,7 @@ func (s *Server) handleCancelOperation(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, r, err)
 		return
 	}
-	d, err := ops.Cancel(r.Context(), apiScope(r), chi.URLParam(r, "id"), principal(r).Name, b.Reason)
+	d, err := ops.CancelRecorded(r.Context(), apiScope(r), chi.URLParam(r, "id"), principal(r).Name, b.Reason, s.opRecorder(r, b.Reason))
 	if err != nil {
 		s.apiError(w, r, err)
 		return
@@ -231,8 +254,8 @@ func (s *Server) handleAnswerInput(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, r, fmt.Errorf("%w: key is required", operations.ErrInvalidRequest))
 		return
 	}
-	d, err := ops.AnswerInput(r.Context(), apiScope(r), chi.URLParam(r, "id"), b.Key, principal(r).Name,
-		mcpclient.InputResponse{Action: mcpclient.InputAction(b.Action), Content: b.Content})
+	d, err := ops.AnswerInputRecorded(r.Context(), apiScope(r), chi.URLParam(r, "id"), b.Key, principal(r).Name,
+		mcpclient.InputResponse{Action: mcpclient.InputAction(b.Action), Content: b.Content}, s.opRecorder(r, ""))
 	if err != nil {
 		s.apiError(w, r, err)
 		return

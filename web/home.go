@@ -2,26 +2,50 @@ package web
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/operations"
 )
 
+// handleHome is the on-call overview: what needs a person, what is in flight, task state ×
+// domain outcome per workflow, kill switch and stage per workflow, recent transition
+// violations and the last hours' activity.
 func (s *Server) handleHome(w http.ResponseWriter, r *http.Request) {
-	v := HomeView{Page: s.page("Overview", "overview")}
+	v := HomeView{Page: s.page("Overview", "overview"), Window: overviewWindow}
 	if p := s.deps.Policy; p != nil {
 		v.Policy = PolicySummary{Source: p.Source, SHA256: p.SHA256, Servers: len(p.Servers)}
-		for _, wf := range p.Workflows {
-			fb := wf.Fallback.Kind
-			if wf.Fallback.Kind == config.FallbackSync {
-				fb += " ≤ " + wf.Fallback.MaxDuration.String()
-			}
-			v.Workflows = append(v.Workflows, WorkflowRow{
-				Name: wf.Name, Description: wf.Description, Server: wf.Server, Tool: wf.Tool,
-				Effect: wf.Effect, TaskUse: wf.TaskUse, Fallback: fb, Owners: strings.Join(wf.Owners, ", "),
-			})
+	}
+	ops, ok := s.consoleOps()
+	if !ok {
+		v.Unavailable = true
+		s.render(w, r, http.StatusOK, homePage(v))
+		return
+	}
+	scope := apiScope(r)
+	ov, err := ops.Overview(r.Context(), scope, overviewWindow)
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	att, err := ops.List(r.Context(), scope, operations.Filter{Attention: true, Limit: 10})
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	in, err := ops.List(r.Context(), scope, operations.Filter{TaskState: operations.StateInputRequired, Limit: 10})
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	now := s.deps.Now()
+	seen := map[string]bool{}
+	for _, op := range append(in.Operations, att.Operations...) {
+		if !seen[op.ID] {
+			seen[op.ID] = true
+			v.Person = append(v.Person, s.opRow(op, now))
 		}
 	}
+	v.fill(s, r, ov)
 	s.render(w, r, http.StatusOK, homePage(v))
 }
 

@@ -45,6 +45,11 @@ func (s *Server) routes() http.Handler {
 		r.Get("/servers", s.handleServers)
 		r.Get("/servers/{name}/manifests", s.handleManifests)
 		r.Get("/workflows", s.handleWorkflows)
+		r.Get("/operations", s.handleOperations)
+		r.Get("/operations/export", s.handleExportOperations)
+		r.Get("/operations/{id}", s.handleOperation)
+		r.With(s.requireRole(auth.RoleOperator)).Post("/operations/{id}/cancel", s.handleCancelOperationForm)
+		r.With(s.requireRole(mayAnswer...)).Post("/operations/{id}/input", s.handleAnswerInputForm)
 		s.mountReconcile(r) // reconcile.go: GET /reconcile, /reconcile/{id}; support: claim, release, resolve, retry, bulk
 		r.With(s.requireRole(auth.RoleOperator)).Post("/servers/{name}/probe", s.handleProbeNow)
 		r.Get("/events", s.handleEvents)

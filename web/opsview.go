@@ -1,0 +1,222 @@
+package web
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/operations"
+	"github.com/taskgate/taskgate/rollout"
+)
+
+// Helpers that put operations in words for the overview, the operations list and the
+// operation detail: states as colour and text, human units, attention groups.
+
+// Attention groups, in the order pages show them (CONSOLE.md rule 8).
+const (
+	groupPerson = iota // input required, reconciliation, handoff
+	groupRunning       // creating, working
+	groupTrouble       // failed, cancelled, lost or unknown
+	groupDone          // finished and not in doubt
+)
+
+// groupNames name the attention groups.
+var groupNames = [...]string{"Needs a person", "Running", "Failed, cancelled or unknown", "Done"}
+
+// attentionGroup files an operation under one attention group. Cancelled and failed are never
+// filed under done.
+func attentionGroup(op operations.Operation) int {
+	st := taskState(op)
+	switch {
+	case op.Attention != "" || st == operations.StateInputRequired:
+		return groupPerson
+	case st == operations.StateCreating || st == operations.StateWorking:
+		return groupRunning
+	case op.DomainOutcome == operations.OutcomeUnknown, st.Final() && st != operations.StateCompleted,
+		op.Task != nil && op.Task.ToolError, op.Mismatch():
+		return groupTrouble
+	}
+	return groupDone
+}
+
+func taskState(op operations.Operation) operations.TaskState {
+	if op.Task == nil {
+		return ""
+	}
+	return op.Task.State
+}
+
+// stateWords names a task state for people; a completed task whose result is a tool error says
+// so.
+func stateWords(st operations.TaskState, toolError bool) string {
+	switch st {
+	case "":
+		return "no task"
+	case operations.StateCompleted:
+		if toolError {
+			return "completed — tool error"
+		}
+		return "completed"
+	case operations.StateInputRequired:
+		return "input required"
+	case operations.StateCreateUnacknowledged:
+		return "create unacknowledged"
+	}
+	return string(st)
+}
+
+// stateTone colours a task state.
+func stateTone(st operations.TaskState, toolError bool) string {
+	switch st {
+	case operations.StateCompleted:
+		if toolError {
+			return "bad"
+		}
+		return "ok"
+	case operations.StateWorking:
+		return "info"
+	case operations.StateInputRequired, operations.StateCancelled:
+		return "warn"
+	case operations.StateFailed, operations.StateCreateUnacknowledged, operations.StateUnobservable, operations.StateExpired:
+		return "bad"
+	}
+	return "idle"
+}
+
+// outcomeWords names a domain outcome for people.
+func outcomeWords(o operations.Outcome) string {
+	switch o {
+	case operations.OutcomeNotApplied:
+		return "not applied"
+	case operations.OutcomePending:
+		return "pending"
+	}
+	return string(o)
+}
+
+// outcomeTone colours a domain outcome.
+func opOutcomeTone(o operations.Outcome) string {
+	switch o {
+	case operations.OutcomeApplied:
+		return "ok"
+	case operations.OutcomeCompensated:
+		return "info"
+	case operations.OutcomeUnknown:
+		return "bad"
+	}
+	return "idle"
+}
+
+// routeWords is a route with its reason code in words (CONSOLE.md rule 10).
+func routeWords(op operations.Operation) string {
+	if w, ok := rollout.Reasons[rollout.Reason(op.ReasonCode)]; ok {
+		return w
+	}
+	return strings.ReplaceAll(op.ReasonCode, "_", " ")
+}
+
+// eraShort names an era in a few characters.
+func eraShort(era string) string {
+	switch era {
+	case "2025-11-25":
+		return "2025-11 core"
+	case "2026-07-28":
+		return "2026-07 ext"
+	}
+	return era
+}
+
+// human writes a duration in the units an operator reads: "250 ms", "60 s", "5 min",
+// "1 h 30 min", "2 d".
+func humanDur(d time.Duration) string {
+	if d < 0 {
+		d = -d
+	}
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	case d < time.Minute:
+		if d%time.Second != 0 && d < 10*time.Second {
+			return fmt.Sprintf("%.1f s", d.Seconds())
+		}
+		return fmt.Sprintf("%d s", int(d.Seconds()))
+	case d < time.Hour:
+		if s := int(d.Seconds()) % 60; s != 0 {
+			return fmt.Sprintf("%d min %d s", int(d.Minutes()), s)
+		}
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	case d < 48*time.Hour:
+		if m := int(d.Minutes()) % 60; m != 0 {
+			return fmt.Sprintf("%d h %d min", int(d.Hours()), m)
+		}
+		return fmt.Sprintf("%d h", int(d.Hours()))
+	}
+	return fmt.Sprintf("%d d", int(d.Hours()/24))
+}
+
+// elapsed is how long the operation has run: until its task ended, or until now.
+func opElapsed(op operations.Operation, now time.Time) string {
+	end := now
+	if op.Task != nil && op.Task.TerminalAt != nil {
+		end = *op.Task.TerminalAt
+	} else if op.Task == nil && op.DomainOutcome != operations.OutcomePending {
+		end = op.UpdatedAt
+	}
+	return humanDur(end.Sub(op.CreatedAt))
+}
+
+// expiresIn says how long the watchers still follow the task ("" when it is final or has no
+// deadline).
+func opExpiresIn(op operations.Operation, now time.Time) string {
+	if op.Task == nil || op.Task.Deadline == nil || op.Task.State.Final() {
+		return ""
+	}
+	left := op.Task.Deadline.Sub(now)
+	if left <= 0 {
+		return "deadline passed"
+	}
+	return "expires in " + humanDur(left.Truncate(time.Second))
+}
+
+// workTitle is the headline of a row: the business key, else the intended effect, else the
+// workflow.
+func workTitle(op operations.Operation) string {
+	switch {
+	case op.ObjectRef != "":
+		return op.ObjectRef
+	case op.IntendedEffect != "":
+		return op.IntendedEffect
+	}
+	return op.Workflow
+}
+
+// toolOf is the tool (or the policy's tool when the operation took no Task).
+func toolOf(op operations.Operation, pol *config.Config) (server, tool string) {
+	if op.Task != nil {
+		return op.Task.Server, op.Task.Tool
+	}
+	if pol != nil {
+		if wf, ok := pol.Workflow(op.Workflow); ok {
+			return wf.Server, wf.Tool
+		}
+	}
+	return "", ""
+}
+
+// bounded caps text from an MCP server for display (templ escapes it).
+func boundText(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
+
+// routeExists reports whether the console serves GET path (e.g. a page another issue adds).
+func (s *Server) routeExists(path string) bool {
+	rt, ok := s.handler.(chi.Routes)
+	return ok && rt.Match(chi.NewRouteContext(), "GET", path)
+}
