@@ -35,7 +35,7 @@ func attentionGroup(op operations.Operation) int {
 		return groupPerson
 	case st == operations.StateCreating || st == operations.StateWorking:
 		return groupRunning
-	case op.DomainOutcome == operations.OutcomeUnknown, st.Final() && st != operations.StateCompleted,
+	case op.DomainOutcome == operations.OutcomeUnknown, st.Final() && st != operations.StateCompleted, op.Route == operations.RouteReject,
 		op.Task != nil && op.Task.ToolError, op.Mismatch():
 		return groupTrouble
 	}
