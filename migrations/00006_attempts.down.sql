@@ -1,0 +1,1 @@
+DROP TABLE operation_attempts;
