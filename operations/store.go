@@ -609,7 +609,8 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 		}
 		stateChanged := from != obs.State
 		msgChanged := msg != obs.StatusMessage
-		updChanged := !obs.UpdatedAt.IsZero() && (upd == nil || !upd.Equal(obs.UpdatedAt))
+		// Postgres keeps microseconds: a finer server timestamp is no change.
+		updChanged := !obs.UpdatedAt.IsZero() && (upd == nil || !upd.Equal(obs.UpdatedAt.Truncate(time.Microsecond)))
 		pollChanged := obs.PollInterval > 0 && (poll == nil || *poll != obs.PollInterval.Milliseconds())
 		if !stateChanged && !msgChanged && !updChanged && !pollChanged {
 			return nil
@@ -635,6 +636,19 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 		return nil
 	})
 	return res, err
+}
+
+// Unchanged reports whether an observation matches what the claimed task row already holds
+// (state, status message, lastUpdatedAt to the microsecond Postgres keeps, pollInterval), so a
+// watcher can skip Observe and write nothing.
+func (t *Task) Unchanged(obs Observation) bool {
+	if t.State != obs.State || t.StatusMessage != obs.StatusMessage {
+		return false
+	}
+	if !obs.UpdatedAt.IsZero() && (t.ServerUpdatedAt == nil || !t.ServerUpdatedAt.Equal(obs.UpdatedAt.Truncate(time.Microsecond))) {
+		return false
+	}
+	return obs.PollInterval <= 0 || t.PollInterval.Milliseconds() == obs.PollInterval.Milliseconds()
 }
 
 // validTransition is the task state machine over stored states: a status may repeat; working
@@ -712,13 +726,26 @@ func (s *Store) ClaimDue(ctx context.Context, replica string, n int, lease, floo
 	if err != nil {
 		return nil, fmt.Errorf("claim due tasks: %w", err)
 	}
-	out := make([]Due, 0, len(cl))
-	for _, c := range cl {
-		op, err := s.Get(ctx, c.id)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, Due{Operation: op, DueAt: c.due})
+	if len(cl) == 0 {
+		return nil, nil
+	}
+	// One read for the whole batch: a query per claimed task would cost a round trip per poll.
+	ids := make([]string, len(cl))
+	dueAt := make(map[string]time.Time, len(cl))
+	for i, c := range cl {
+		ids[i], dueAt[c.id] = c.id, c.due
+	}
+	rows, err = s.pool.Query(ctx, `SELECT `+opColumns+opFrom+` WHERE o.id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read claimed tasks: %w", err)
+	}
+	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Operation, error) { return scanOperation(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read claimed tasks: %w", err)
+	}
+	out := make([]Due, 0, len(ops))
+	for _, op := range ops {
+		out = append(out, Due{Operation: op, DueAt: dueAt[op.ID]})
 	}
 	return out, nil
 }

@@ -134,6 +134,9 @@ type Service struct {
 	bg      context.Context
 	awaits  map[string]bool // legacy tasks/result waits running, by operation id
 	awaitWG sync.WaitGroup
+	// work feeds the Parallel pollers, which live as long as the loop: a goroutine per poll
+	// would start on a small stack and grow it again for every poll.
+	work chan func()
 }
 
 // New validates cfg and returns a stopped Service.
@@ -162,7 +165,8 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel, s.done, s.bg = cancel, make(chan struct{}), ctx
-	go s.loop(ctx, s.done)
+	s.work = make(chan func())
+	go s.loop(ctx, s.done, s.work)
 	return nil
 }
 
@@ -186,8 +190,18 @@ func (s *Service) Stop() {
 	}
 }
 
-func (s *Service) loop(ctx context.Context, done chan struct{}) {
+func (s *Service) loop(ctx context.Context, done chan struct{}, work chan func()) {
 	defer close(done)
+	var pollers sync.WaitGroup
+	for range s.cfg.Parallel {
+		pollers.Go(func() {
+			for f := range work {
+				f()
+			}
+		})
+	}
+	defer pollers.Wait()
+	defer close(work)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -196,7 +210,7 @@ func (s *Service) loop(ctx context.Context, done chan struct{}) {
 			return
 		case <-t.C:
 		}
-		n, err := s.runOnce(ctx)
+		n, err := s.runOnce(ctx, work)
 		if err != nil && ctx.Err() == nil {
 			s.log.Error("watch pass", "err", err)
 		}
@@ -213,22 +227,20 @@ func (s *Service) loop(ctx context.Context, done chan struct{}) {
 
 // runOnce claims one batch of due tasks and polls each once; it also follows due jobs. It
 // returns how many tasks it polled.
-func (s *Service) runOnce(ctx context.Context) (int, error) {
+func (s *Service) runOnce(ctx context.Context, work chan<- func()) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
 	defer cancel()
 	due, err := s.store.ClaimDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll, s.cfg.Jitter)
 	if err != nil {
 		return 0, err
 	}
-	sem := make(chan struct{}, s.cfg.Parallel)
 	var wg sync.WaitGroup
+	wg.Add(len(due))
 	for _, d := range due {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		work <- func() {
+			defer wg.Done()
 			s.watchOne(ctx, d)
-		}()
+		}
 	}
 	wg.Wait()
 	if s.cfg.Operations != nil {
@@ -282,10 +294,13 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 	if t.FailureKind != "" {
 		_ = s.store.ClearFailure(ctx, d.ID)
 	}
-	res, err := s.store.Observe(ctx, d.ID, observation(snap.Task), operations.SourcePoll)
-	if err != nil {
-		log.Error("store observation", "err", err)
-		return
+	obs := observation(snap.Task)
+	res := operations.ObserveResult{From: t.State, Now: t.State}
+	if !t.Unchanged(obs) { // write only on change: an unchanged poll costs no database round trip
+		if res, err = s.store.Observe(ctx, d.ID, obs, operations.SourcePoll); err != nil {
+			log.Error("store observation", "err", err)
+			return
+		}
 	}
 	if res.Violation {
 		s.metrics.violations.Inc()

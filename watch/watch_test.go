@@ -18,7 +18,10 @@ import (
 	"github.com/taskgate/taskgate/watch"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	serveBenchReceiverIfAsked()
+	pgtest.Main(m)
+}
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
