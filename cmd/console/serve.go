@@ -18,6 +18,7 @@ import (
 	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
+	demotraffic "github.com/taskgate/taskgate/demo"
 	"github.com/taskgate/taskgate/examples"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/migrations"
@@ -39,6 +40,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	policyPath := fs.String("config", getenv("TASKGATE_CONFIG"), "policy file (env TASKGATE_CONFIG); empty = the embedded example policy")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	demoTraffic := fs.Bool("demo-traffic", false, "start a few demo operations a minute on the embedded demo receiver")
 	fs.Usage = func() {
 		fmt.Fprintln(stdout, "usage: console serve [OPTIONS]")
 		fmt.Fprintln(stdout, "Runs the console. With no DATABASE_URL it starts a private PostgreSQL cluster in")
@@ -95,6 +97,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 
 	// The built-in demo receiver runs in-process on a loopback port of its own.
 	var demoURL string
+	var demoKnobs *receiver.Knobs
 	if usesDemo(policy) {
 		rln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -102,6 +105,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		rcv := receiver.New(receiver.Config{Logger: logger.With("component", "demo-receiver")})
 		defer rcv.Close()
+		demoKnobs = rcv.Knobs()
 		rctx, stopReceiver := context.WithCancel(context.WithoutCancel(ctx))
 		rdone := make(chan struct{})
 		go func() {
@@ -172,6 +176,27 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer watcher.Stop()
+	janitor, err := operations.NewJanitor(operations.JanitorConfig{Store: ops.Store(), Policy: policy, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := janitor.Start(ctx); err != nil {
+		return err
+	}
+	defer janitor.Stop()
+	if *demoTraffic {
+		if demoKnobs == nil {
+			return fmt.Errorf("--demo-traffic needs the embedded demo receiver (a policy server with url builtin:demo)")
+		}
+		traffic, err := demotraffic.New(demotraffic.Config{Ops: ops, Policy: policy, Knobs: demoKnobs, Logger: logger})
+		if err != nil {
+			return err
+		}
+		if err := traffic.Start(ctx); err != nil {
+			return err
+		}
+		defer traffic.Stop()
+	}
 	// Reconciliation: outcome verifiers after every terminal task, sync and job answer, and
 	// re-verification of open items with backoff before a person is asked.
 	recStore := reconcile.NewStore(db.Pool, reconcile.Options{ResolutionReasons: policy.ResolutionReasons, Retrier: ops})
