@@ -7,6 +7,11 @@
 // only). A confirmed answer sets the domain outcome and is stored with its receipt and source;
 // anything else opens a reconciliation item with its reason.
 //
+// A workflow whose verifier is none has nobody but a person to confirm its effect: once its
+// task, sync call or job ends, an effectful or reversible workflow opens a manual_verification
+// item for a person at once (the outcome becomes unknown). A read-only workflow has no effect to
+// confirm: its outcome stays pending and its timeline says "no effect to verify".
+//
 // Items are re-verified automatically with exponential backoff first; only when that does not
 // settle them are they handed to a person. Support staff claim an item (a lease that expires,
 // shown in every list; a competing claim is refused with ErrClaimed, never overwritten), and
@@ -64,6 +69,9 @@ const (
 	ReasonVerifierUnknown         Reason = "verifier_unknown"
 	ReasonTaskDomainMismatch      Reason = "task_domain_mismatch"
 	ReasonHumanHandoff            Reason = "human_handoff"
+	// ReasonManualVerification: the workflow has no verifier (none, manual only) and its
+	// effect may have happened; a person confirms the outcome.
+	ReasonManualVerification Reason = "manual_verification"
 )
 
 // reasonText says each reason in words for the console.
@@ -81,13 +89,14 @@ var reasonText = map[Reason]string{
 	ReasonVerifierUnknown:         "The system of record answered unknown",
 	ReasonTaskDomainMismatch:      "Task state and verified outcome disagree",
 	ReasonHumanHandoff:            "Handed to a person by the workflow",
+	ReasonManualVerification:      "No outcome verifier for this workflow: a person confirms whether the effect happened",
 }
 
 // Reasons lists every reason code in the order the console offers them as a filter.
 func Reasons() []Reason {
 	return []Reason{ReasonCreateUnacknowledged, ReasonSyncTimeout, ReasonSyncTransportLost, ReasonJobUnacknowledged,
 		ReasonTaskUnobservable, ReasonTaskExpired, ReasonSessionGone, ReasonResultUnavailable, ReasonTaskFailedUnverified,
-		ReasonTaskCancelledUnverified, ReasonVerifierUnknown, ReasonTaskDomainMismatch, ReasonHumanHandoff}
+		ReasonTaskCancelledUnverified, ReasonVerifierUnknown, ReasonTaskDomainMismatch, ReasonHumanHandoff, ReasonManualVerification}
 }
 
 // ReasonText returns a reason in words; an unknown code is returned as it is.

@@ -344,6 +344,11 @@ func (s *Service) check(ctx context.Context, c check) error {
 		if tag.RowsAffected() == 0 || f.outcome != "pending" {
 			return nil // lost the lease, or settled meanwhile
 		}
+		if src == KindNone && wf.Effect == config.EffectReadOnly {
+			// A read-only workflow has no effect to confirm: no answer is recorded, the outcome
+			// stays pending (nothing applied, nothing unknown) and the timeline says why.
+			return timeline(ctx, tx, c.opID, "no_effect_to_verify", "no effect to verify: read-only workflow without an outcome verifier")
+		}
 		if err := recordAnswer(ctx, tx, c.opID, nil, f.tenant, src, c.trigger, a, attempt); err != nil {
 			return err
 		}
@@ -360,9 +365,17 @@ func (s *Service) check(ctx context.Context, c check) error {
 				return err
 			}
 			return nil
-		case src == KindNone && (f.taskState == "completed" || f.taskState == "" || wf.Effect == config.EffectReadOnly):
-			// Manual only, and nothing suggests a lost effect: the outcome stays pending, unverified.
-			return nil
+		case src == KindNone && f.taskState != "failed" && f.taskState != "cancelled":
+			// Manual only: the task completed, the sync call answered or the job ended, and
+			// nothing but a person can confirm whether the effect happened.
+			if err := markUnknown(ctx, tx, c.opID, ReasonManualVerification); err != nil {
+				return err
+			}
+			if err := timeline(ctx, tx, c.opID, "manual_verification", "no outcome verifier: a person confirms the outcome"); err != nil {
+				return err
+			}
+			_, err := OpenTx(ctx, tx, c.opID, ReasonManualVerification, manualDetail(c.trigger, f))
+			return err
 		default:
 			if err := markUnknown(ctx, tx, c.opID, unverifiedReason(f.taskState)); err != nil {
 				return err
@@ -371,6 +384,20 @@ func (s *Service) check(ctx context.Context, c check) error {
 			return err
 		}
 	})
+}
+
+// manualDetail says, for a manual verification item, what ended and what to check.
+func manualDetail(trigger string, f facts) string {
+	what := "the call ended"
+	switch trigger {
+	case "task_terminal":
+		what = "the task ended " + f.taskState
+	case "sync_answer":
+		what = "the synchronous call answered"
+	case "job_answer":
+		what = "the job ended"
+	}
+	return what + "; the workflow has no outcome verifier, so check the system of record and resolve with what it shows"
 }
 
 // markUnknown sets an operation's outcome to unknown and flags it for reconciliation.

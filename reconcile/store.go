@@ -63,12 +63,12 @@ type Querier interface {
 }
 
 // OpenTx opens a reconciliation item for an operation with reason, inside the caller's
-// transaction tx, unless the operation already has an open one. Human handoffs and
-// task-vs-domain mismatches go to a person at once; every other reason is re-verified
-// automatically first. It reports whether an item was opened and writes an audit row.
+// transaction tx, unless the operation already has an open one. Human handoffs, task-vs-domain
+// mismatches and manual verifications (no verifier) go to a person at once; every other reason
+// is re-verified automatically first. It reports whether an item was opened and writes an audit row.
 func OpenTx(ctx context.Context, tx pgx.Tx, operationID string, reason Reason, detail string) (bool, error) {
 	state := StateVerifying
-	if reason == ReasonHumanHandoff || reason == ReasonTaskDomainMismatch {
+	if reason == ReasonHumanHandoff || reason == ReasonTaskDomainMismatch || reason == ReasonManualVerification {
 		state = StateNeedsPerson
 	}
 	var id int64
