@@ -118,7 +118,8 @@ func New(cfg Config) (*Traffic, error) {
 	return &Traffic{cfg: cfg}, nil
 }
 
-// Start starts one operation at once and then one every Interval until Stop. It returns an
+// Start starts one operation every Interval until Stop, the first after one Interval (the
+// servers have been probed by then, so the router sees their capabilities). It returns an
 // error if the generator is running.
 func (t *Traffic) Start(ctx context.Context) error {
 	t.mu.Lock()
@@ -147,7 +148,7 @@ func (t *Traffic) Stop() {
 
 func (t *Traffic) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	tm := time.NewTimer(0)
+	tm := time.NewTimer(t.cfg.Interval)
 	defer tm.Stop()
 	for {
 		select {
