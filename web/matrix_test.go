@@ -46,6 +46,7 @@ var routeAccess = map[string]string{
 	"POST /operations/{id}/input":  "operator|support",
 
 	"GET /reconcile":               "viewer",
+	"GET /reconcile/export":        "viewer",
 	"GET /reconcile/{id}":          "viewer",
 	"POST /reconcile/{id}/claim":   "support",
 	"POST /reconcile/{id}/release": "support",

@@ -1,9 +1,13 @@
 package web
 
 import (
+	"cmp"
+	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,16 +44,35 @@ type ReconcileQueueView struct {
 	Tenant, Workflow, Reason, State, Age, ClaimedBy string
 	Items                                           []reconcile.Item
 	Next                                            string
-	Query                                           string
-	Workflows                                       []string
-	Reasons                                         []string
-	ResolutionReasons                               []string
-	CanAct                                          bool
-	Me                                              string
+	// Query is the filter as a query string (no cursor); Self is this page's URL, for the
+	// live refresh of its rows.
+	Query             string
+	Self              string
+	Workflows         []string
+	Reasons           []string
+	ResolutionReasons []string
+	CanAct            bool
+	Me                string
 	// Preview is how many open items the filter selects (for bulk actions).
-	Preview   int
+	Preview int
+	// Batch is the bulk action just run (nil otherwise).
+	Batch     *BatchView
 	Flash     string
 	FlashTone string
+}
+
+// BatchView is the result of a bulk action: the batch, what it touched and what it skipped.
+type BatchView struct {
+	ID               int64
+	Action           string
+	Matched, Applied int
+	Skipped          []SkippedItem
+}
+
+// SkippedItem is an item a batch left alone, with why.
+type SkippedItem struct {
+	ID  int64
+	Why string
 }
 
 // ReconcileItemView is an item's page: the item, the operation's timeline beside the
@@ -123,6 +146,10 @@ func (s *Server) queueView(r *http.Request, get func(string) string) (ReconcileQ
 		}
 	}
 	v.Query = q.Encode()
+	if f.After != "" {
+		q.Set("after", f.After)
+	}
+	v.Self = "/reconcile?" + q.Encode()
 	if v.CanAct && (f.State == "" || f.State == string(reconcile.StateVerifying) || f.State == string(reconcile.StateNeedsPerson)) {
 		if n, err := s.deps.Reconcile.Preview(r.Context(), reconcileScope(r), f); err == nil {
 			v.Preview = n
@@ -281,6 +308,7 @@ func (s *Server) handleReconcileBulk(w http.ResponseWriter, r *http.Request) {
 	p := principal(r)
 	f, err := reconcileFilter(get, p.Name)
 	status, tone, msg := http.StatusOK, "ok", ""
+	var batch *BatchView
 	if err == nil && f.Tenant != "" && !p.Allows(f.Tenant) {
 		s.forbidden(w, r, "That tenant is outside your scope.")
 		return
@@ -299,6 +327,11 @@ func (s *Server) handleReconcileBulk(w http.ResponseWriter, r *http.Request) {
 			}
 			status, tone, msg = st, "bad", m
 		} else {
+			batch = &BatchView{ID: res.BatchID, Action: get("action"), Matched: res.Matched, Applied: res.Applied}
+			for id, why := range res.Skipped {
+				batch.Skipped = append(batch.Skipped, SkippedItem{ID: id, Why: why})
+			}
+			slices.SortFunc(batch.Skipped, func(a, b SkippedItem) int { return cmp.Compare(a.ID, b.ID) })
 			msg = "Batch " + strconv.FormatInt(res.BatchID, 10) + ": " + get("action") + " applied to " + strconv.Itoa(res.Applied) +
 				" of " + strconv.Itoa(res.Matched) + " items; " + strconv.Itoa(len(res.Skipped)) + " skipped."
 			if len(res.Skipped) > 0 {
@@ -307,7 +340,7 @@ func (s *Server) handleReconcileBulk(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	v, _ := s.queueView(r, get)
-	v.Flash, v.FlashTone = msg, tone
+	v.Flash, v.FlashTone, v.Batch = msg, tone, batch
 	s.render(w, r, status, reconcileQueuePage(v))
 }
 
@@ -348,3 +381,140 @@ func optSelected(cur, v string) bool { return strings.EqualFold(cur, v) }
 func intStr(n int) string { return strconv.Itoa(n) }
 
 func idStr(n int64) string { return strconv.FormatInt(n, 10) }
+
+// exportItem is one queue row in an export: the item, its operation and its claim.
+type exportItem struct {
+	ID               int64      `json:"id"`
+	OperationID      string     `json:"operation_id"`
+	Tenant           string     `json:"tenant"`
+	Workflow         string     `json:"workflow"`
+	ObjectRef        string     `json:"object_ref"`
+	IntendedEffect   string     `json:"intended_effect"`
+	Route            string     `json:"route"`
+	IdempotencyKey   string     `json:"idempotency_key"`
+	Reason           string     `json:"reason"`
+	ReasonText       string     `json:"reason_text"`
+	Detail           string     `json:"detail"`
+	State            string     `json:"state"`
+	Attempts         int        `json:"attempts"`
+	TaskState        string     `json:"task_state"`
+	DomainOutcome    string     `json:"domain_outcome"`
+	OpenedAt         time.Time  `json:"opened_at"`
+	ClaimedBy        string     `json:"claimed_by"`
+	ClaimExpiresAt   *time.Time `json:"claim_expires_at"`
+	Resolution       string     `json:"resolution"`
+	ResolutionReason string     `json:"resolution_reason"`
+	Note             string     `json:"note"`
+	EvidenceURL      string     `json:"evidence_url"`
+	ClosedBy         string     `json:"closed_by"`
+	ClosedAt         *time.Time `json:"closed_at"`
+	BatchID          *int64     `json:"batch_id"`
+	RetriedAt        *time.Time `json:"retried_at"`
+}
+
+func toExport(it reconcile.Item) exportItem {
+	return exportItem{ID: it.ID, OperationID: it.OperationID, Tenant: it.Tenant, Workflow: it.Workflow, ObjectRef: it.ObjectRef,
+		IntendedEffect: it.IntendedEffect, Route: it.Route, IdempotencyKey: it.IdempotencyKey, Reason: it.Reason,
+		ReasonText: reconcile.ReasonText(it.Reason), Detail: it.Detail, State: string(it.State), Attempts: it.Attempts,
+		TaskState: it.TaskState, DomainOutcome: it.DomainOutcome, OpenedAt: it.OpenedAt, ClaimedBy: it.ClaimedBy,
+		ClaimExpiresAt: it.ClaimExpiresAt, Resolution: string(it.Resolution), ResolutionReason: it.ResolutionReason, Note: it.Note,
+		EvidenceURL: it.EvidenceURL, ClosedBy: it.ClosedBy, ClosedAt: it.ClosedAt, BatchID: it.BatchID, RetriedAt: it.RetriedAt}
+}
+
+func timeCell(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// handleExportReconcile writes the queue the filters select as CSV (?format=csv) or JSON
+// (?format=json), within the principal's tenant scope, oldest first, at most exportLimit items.
+func (s *Server) handleExportReconcile(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	format := q.Get("format")
+	if format != "csv" && format != "json" {
+		http.Error(w, "format must be csv or json", http.StatusBadRequest)
+		return
+	}
+	if s.deps.Reconcile == nil {
+		http.Error(w, "reconciliation is not enabled on this console", http.StatusServiceUnavailable)
+		return
+	}
+	p := principal(r)
+	f, err := reconcileFilter(q.Get, p.Name)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if f.Tenant != "" && !s.allowTenant(w, r, f.Tenant) {
+		return
+	}
+	f.After, f.Limit = "", 500
+	items := []exportItem{}
+	for len(items) < exportLimit {
+		page, err := s.deps.Reconcile.List(r.Context(), reconcileScope(r), f)
+		if errors.Is(err, reconcile.ErrInvalid) {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		for _, it := range page.Items {
+			items = append(items, toExport(it))
+		}
+		if page.Next == "" {
+			break
+		}
+		f.After = page.Next
+	}
+	filter := map[string]string{}
+	for _, k := range []string{"tenant", "workflow", "reason", "state", "age", "claimed_by"} {
+		if v := q.Get(k); v != "" {
+			filter[k] = v
+		}
+	}
+	name := "reconciliation-" + s.deps.Now().UTC().Format("20060102-150405")
+	w.Header().Set("Cache-Control", "no-store")
+	if format == "json" {
+		b, err := json.MarshalIndent(map[string]any{"items": items, "filter": filter}, "", "  ")
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.json"`)
+		_, _ = w.Write(append(b, '\n'))
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"id", "operation_id", "tenant", "workflow", "object_ref", "intended_effect", "route", "idempotency_key",
+		"reason", "reason_text", "detail", "state", "attempts", "task_state", "domain_outcome", "opened_at", "claimed_by",
+		"claim_expires_at", "resolution", "resolution_reason", "note", "evidence_url", "closed_by", "closed_at", "batch_id", "retried_at"})
+	for _, it := range items {
+		batch := ""
+		if it.BatchID != nil {
+			batch = strconv.FormatInt(*it.BatchID, 10)
+		}
+		rec := []string{strconv.FormatInt(it.ID, 10), it.OperationID, it.Tenant, it.Workflow, it.ObjectRef, it.IntendedEffect, it.Route,
+			it.IdempotencyKey, it.Reason, it.ReasonText, it.Detail, it.State, strconv.Itoa(it.Attempts), it.TaskState, it.DomainOutcome,
+			it.OpenedAt.UTC().Format(time.RFC3339Nano), it.ClaimedBy, timeCell(it.ClaimExpiresAt), it.Resolution, it.ResolutionReason,
+			it.Note, it.EvidenceURL, it.ClosedBy, timeCell(it.ClosedAt), batch, timeCell(it.RetriedAt)}
+		for i, c := range rec {
+			rec[i] = csvSafe(c)
+		}
+		_ = cw.Write(rec)
+	}
+	cw.Flush()
+}
+
+// exportHref is the export link of the queue's current filter.
+func exportHref(v ReconcileQueueView, format string) string {
+	q, _ := url.ParseQuery(v.Query)
+	q.Set("format", format)
+	return "/reconcile/export?" + q.Encode()
+}

@@ -50,7 +50,8 @@ func (s *Server) routes() http.Handler {
 		r.Get("/operations/{id}", s.handleOperation)
 		r.With(s.requireRole(auth.RoleOperator)).Post("/operations/{id}/cancel", s.handleCancelOperationForm)
 		r.With(s.requireRole(mayAnswer...)).Post("/operations/{id}/input", s.handleAnswerInputForm)
-		s.mountReconcile(r) // reconcile.go: GET /reconcile, /reconcile/{id}; support: claim, release, resolve, retry, bulk
+		r.Get("/reconcile/export", s.handleExportReconcile) // reconcile.go: the queue's filters as CSV or JSON, in scope
+		s.mountReconcile(r)                                 // reconcile.go: GET /reconcile, /reconcile/{id}; support: claim, release, resolve, retry, bulk
 		r.With(s.requireRole(auth.RoleOperator)).Post("/servers/{name}/probe", s.handleProbeNow)
 		r.Get("/events", s.handleEvents)
 		r.Post("/signout", s.handleSignOut)
