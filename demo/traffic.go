@@ -177,7 +177,12 @@ func (t *Traffic) runOnce(ctx context.Context) (operations.StartResult, error) {
 	wf := wfs[n%len(wfs)]
 	sc := scenarios[(n/len(wfs))%len(scenarios)]
 	tenant := t.cfg.Tenants[n%len(t.cfg.Tenants)]
-	args := sc.args(t.cfg.WorkDuration)
+	work := t.cfg.WorkDuration
+	if wf.TaskUse == config.TaskNever && wf.Fallback.Kind == "sync" {
+		// A synchronous call must fit its max_duration: most answer in time.
+		work = min(work, wf.Fallback.MaxDuration.Duration/4)
+	}
+	args := sc.args(work)
 	if sc.loseReply && t.cfg.Knobs != nil {
 		t.cfg.Knobs.SetTool(wf.Tool, receiver.Fault{DropBeforeCreateResult: true})
 		defer t.cfg.Knobs.SetTool(wf.Tool, receiver.Fault{})
