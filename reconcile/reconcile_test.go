@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,6 +293,7 @@ func TestClaimResolveRulesAndTenantScope(t *testing.T) {
 		"no evidence": {Outcome: res.Outcome, Reason: res.Reason, Note: "x"},
 		"bad outcome": {Outcome: "maybe", Reason: res.Reason, Note: "x", EvidenceURL: res.EvidenceURL},
 		"bad reason":  {Outcome: res.Outcome, Reason: "because", Note: "x", EvidenceURL: res.EvidenceURL},
+		"long note":   {Outcome: res.Outcome, Reason: res.Reason, Note: strings.Repeat("x", reconcile.MaxNote+1), EvidenceURL: res.EvidenceURL},
 	} {
 		if _, err := w.rs.Resolve(ctx, support, globex, it.ID, bad); !errors.Is(err, reconcile.ErrInvalid) {
 			t.Errorf("%s: %v", name, err)

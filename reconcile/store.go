@@ -362,6 +362,12 @@ func (s *Store) Release(ctx context.Context, actor audit.Actor, scope Scope, id 
 	return it, err
 }
 
+// Bounds of what a person writes into a resolution.
+const (
+	MaxNote        = 4000
+	MaxEvidenceURL = 1000
+)
+
 // validate checks a resolution against the allowed outcomes and reasons.
 func (s *Store) validate(r Resolution) error {
 	if !slices.Contains(Resolutions, r.Outcome) {
@@ -372,6 +378,9 @@ func (s *Store) validate(r Resolution) error {
 	}
 	if strings.TrimSpace(r.Note) == "" {
 		return fmt.Errorf("%w: a note is required", ErrInvalid)
+	}
+	if len(r.Note) > MaxNote || len(r.EvidenceURL) > MaxEvidenceURL {
+		return fmt.Errorf("%w: a note is at most %d bytes and an evidence link at most %d", ErrInvalid, MaxNote, MaxEvidenceURL)
 	}
 	u, err := url.Parse(strings.TrimSpace(r.EvidenceURL))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
