@@ -266,6 +266,7 @@ func TestTwoReplicasVerifyEachDueItemOnce(t *testing.T) {
 	ct := &countingTransport{n: map[string]int{}}
 	passes := make(chan int, 1)
 	var handled [2]atomic.Int64
+	var svcs []*reconcile.Service
 	for i, replica := range []string{"r1", "r2"} {
 		svc, err := reconcile.New(reconcile.Config{Pool: w.Pool, Policy: w.Policy, Lookup: reconcile.Lookup{Client: &http.Client{Transport: ct}},
 			ReplicaID: replica, BatchSize: 2, Interval: 5 * time.Millisecond, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
@@ -283,6 +284,7 @@ func TestTwoReplicasVerifyEachDueItemOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(svc.Stop)
+		svcs = append(svcs, svc)
 	}
 	opstest.WaitFor(t, passes, 30*time.Second, "every item handed to a person", func() bool {
 		var waiting int
@@ -292,6 +294,10 @@ func TestTwoReplicasVerifyEachDueItemOnce(t *testing.T) {
 		}
 		return waiting == 0
 	})
+	// Stop both replicas (each finishes its pass) before counting what they did.
+	for _, svc := range svcs {
+		svc.Stop()
+	}
 	for _, id := range ids {
 		if got := ct.count("/nowhere/" + id); got != 1+maxAttempts {
 			t.Errorf("operation %s looked up %d times, want %d (one check and %d attempts)", id, got, 1+maxAttempts, maxAttempts)
