@@ -22,10 +22,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -451,6 +453,34 @@ func findTool(tools []Tool, name string) (Tool, bool) {
 
 // errIsTransport reports whether err means the transport failed (as opposed
 // to an answer from the server).
+// readAgain runs a request that only reads task state and, when it failed because a kept-alive
+// connection was found dead (the server closed it between requests: reset, broken pipe, EOF
+// before any answer), runs it once more on a fresh connection. Repeating a read is harmless;
+// tools/call and tasks/cancel never go through here.
+func readAgain(ctx context.Context, read func() (json.RawMessage, error)) (json.RawMessage, error) {
+	raw, err := read()
+	if err != nil && staleConnection(err) && ctx.Err() == nil {
+		return read()
+	}
+	return raw, err
+}
+
+// staleConnection reports whether err is a connection the server had already closed.
+func staleConnection(err error) bool {
+	if !errors.Is(err, ErrTransportLost) && !errors.Is(err, ErrNotDelivered) {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	// mcp-go's transport flattens some errors into text.
+	msg := err.Error()
+	return strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "broken pipe") || strings.HasSuffix(msg, ": EOF")
+}
+
 func errIsTransport(err error) bool {
 	return errors.Is(err, ErrTransportLost) || errors.Is(err, ErrNotDelivered) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

@@ -250,7 +250,9 @@ func (c *extConn) CreateTask(ctx context.Context, name string, args any, opts Ta
 }
 
 func (c *extConn) GetTask(ctx context.Context, taskID string) (Snapshot, error) {
-	raw, err := c.send(ctx, "tasks/get", taskID, map[string]any{"taskId": taskID, "_meta": c.meta(true, nil)})
+	raw, err := readAgain(ctx, func() (json.RawMessage, error) {
+		return c.send(ctx, "tasks/get", taskID, map[string]any{"taskId": taskID, "_meta": c.meta(true, nil)})
+	})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("task %s: %w", taskID, err)
 	}

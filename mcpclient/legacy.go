@@ -386,11 +386,12 @@ func (c *legacyConn) CreateTask(ctx context.Context, name string, args any, opts
 func (c *legacyConn) GetTask(ctx context.Context, taskID string) (Snapshot, error) {
 	var raw json.RawMessage
 	var err error
-	if c.rpc != nil {
-		raw, err = c.callHTTP(ctx, "tasks/get", taskParams{TaskID: taskID})
-	} else {
-		raw, err = c.call(ctx, "tasks/get", map[string]any{"taskId": taskID})
-	}
+	raw, err = readAgain(ctx, func() (json.RawMessage, error) {
+		if c.rpc != nil {
+			return c.callHTTP(ctx, "tasks/get", taskParams{TaskID: taskID})
+		}
+		return c.call(ctx, "tasks/get", map[string]any{"taskId": taskID})
+	})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("task %s: %w", taskID, err)
 	}
@@ -412,7 +413,9 @@ func (c *legacyConn) GetTask(ctx context.Context, taskID string) (Snapshot, erro
 // and carries the server's elicitation requests meanwhile, then tasks/get
 // for the terminal status.
 func (c *legacyConn) AwaitOutcome(ctx context.Context, taskID string) (Outcome, error) {
-	raw, err := c.call(ctx, "tasks/result", map[string]any{"taskId": taskID})
+	raw, err := readAgain(ctx, func() (json.RawMessage, error) {
+		return c.call(ctx, "tasks/result", map[string]any{"taskId": taskID})
+	})
 	var rpc *RPCError
 	switch {
 	case err == nil:
