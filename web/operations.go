@@ -90,7 +90,9 @@ func filterQuery(f operations.Filter) string {
 }
 
 // consoleOps returns the operations dependency, or renders the page without it.
-func (s *Server) consoleOps() (OperationsAPI, bool) { return s.deps.Operations, s.deps.Operations != nil }
+func (s *Server) consoleOps() (OperationsAPI, bool) {
+	return s.deps.Operations, s.deps.Operations != nil
+}
 
 // handleOperations lists operations in the principal's scope with filters and keyset pages,
 // grouped attention first within the page.

@@ -17,10 +17,10 @@ import (
 
 // Attention groups, in the order pages show them (CONSOLE.md rule 8).
 const (
-	groupPerson = iota // input required, reconciliation, handoff
-	groupRunning       // creating, working
-	groupTrouble       // failed, cancelled, lost or unknown
-	groupDone          // finished and not in doubt
+	groupPerson  = iota // input required, reconciliation, handoff
+	groupRunning        // creating, working
+	groupTrouble        // failed, cancelled, lost or unknown
+	groupDone           // finished and not in doubt
 )
 
 // groupNames name the attention groups.

@@ -43,7 +43,7 @@ type PolicySummary struct {
 
 // OverviewWorkflow is one workflow's rollout and load.
 type OverviewWorkflow struct {
-	Name, Stage, KillSwitch, KillTone string
+	Name, Stage, KillSwitch, KillTone  string
 	InFlight, InputRequired, OpenRecon int
 }
 
@@ -196,7 +196,7 @@ func (c Chart) barH(n int) float64 {
 	return float64(n) / float64(c.Max) * float64(chartBase-14)
 }
 
-func (c Chart) barY(n int) string { return fmt.Sprintf("%.1f", float64(chartBase)-c.barH(n)) }
+func (c Chart) barY(n int) string  { return fmt.Sprintf("%.1f", float64(chartBase)-c.barH(n)) }
 func (c Chart) barHS(n int) string { return fmt.Sprintf("%.1f", c.barH(n)) }
 func (c Chart) labelX(i int) string {
 	slot := float64(chartW-chartLeft) / float64(max(1, len(c.Hours)))
