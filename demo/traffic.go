@@ -11,10 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/internal/lifecycle"
 	"github.com/taskgate/taskgate/operations"
 	"github.com/taskgate/taskgate/receiver"
 )
@@ -103,10 +103,8 @@ var scenarios = []scenario{
 type Traffic struct {
 	cfg Config
 
-	n      int // starts made (loop goroutine only)
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	n    int // starts made (loop goroutine only)
+	life lifecycle.Loop
 }
 
 // New validates cfg and returns a stopped generator.
@@ -122,32 +120,18 @@ func New(cfg Config) (*Traffic, error) {
 // servers have been probed by then, so the router sees their capabilities). It returns an
 // error if the generator is running.
 func (t *Traffic) Start(ctx context.Context) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cancel != nil {
-		return errors.New("demo: traffic already started")
+	if err := t.life.Start(ctx, t.loop); err != nil {
+		return fmt.Errorf("demo: traffic: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	t.cancel, t.done = cancel, make(chan struct{})
-	go t.loop(ctx, t.done)
 	return nil
 }
 
 // Stop ends the loop and waits for a running start. It is idempotent.
 func (t *Traffic) Stop() {
-	t.mu.Lock()
-	cancel, done := t.cancel, t.done
-	t.cancel = nil
-	t.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	t.life.Stop()
 }
 
-func (t *Traffic) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (t *Traffic) loop(ctx context.Context) {
 	tm := time.NewTimer(t.cfg.Interval)
 	defer tm.Stop()
 	for {

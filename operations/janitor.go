@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/internal/lifecycle"
 )
 
 // JanitorConfig configures a retention Janitor. Zero values take the documented defaults.
@@ -71,9 +71,7 @@ func (c *JanitorConfig) validate() error {
 type Janitor struct {
 	cfg JanitorConfig
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life lifecycle.Loop
 }
 
 // NewJanitor validates cfg and returns a stopped Janitor.
@@ -88,32 +86,18 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 // Start runs a pass at once and then every Interval until Stop. It returns an error if the
 // janitor is running.
 func (j *Janitor) Start(ctx context.Context) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.cancel != nil {
-		return errors.New("operations: janitor already started")
+	if err := j.life.Start(ctx, j.loop); err != nil {
+		return fmt.Errorf("operations: janitor: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	j.cancel, j.done = cancel, make(chan struct{})
-	go j.loop(ctx, j.done)
 	return nil
 }
 
 // Stop ends the loop and waits for a running pass. It is idempotent.
 func (j *Janitor) Stop() {
-	j.mu.Lock()
-	cancel, done := j.cancel, j.done
-	j.cancel = nil
-	j.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	j.life.Stop()
 }
 
-func (j *Janitor) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (j *Janitor) loop(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/internal/lifecycle"
 )
 
 // Config configures the verification Service. Zero values take the documented defaults.
@@ -95,9 +95,7 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life lifecycle.Loop
 }
 
 // New validates cfg and returns a stopped Service.
@@ -110,32 +108,18 @@ func New(cfg Config) (*Service, error) {
 
 // Start starts the loop; it returns an error if the service is running.
 func (s *Service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cancel != nil {
-		return errors.New("reconcile: already started")
+	if err := s.life.Start(ctx, s.loop); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel, s.done = cancel, make(chan struct{})
-	go s.loop(ctx, s.done)
 	return nil
 }
 
 // Stop ends the loop and waits for the pass in progress. It is idempotent.
 func (s *Service) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel = nil
-	s.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	s.life.Stop()
 }
 
-func (s *Service) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (s *Service) loop(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
