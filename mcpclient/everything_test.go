@@ -1,16 +1,12 @@
 package mcpclient_test
 
 import (
-	"bufio"
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/taskgate/taskgate/internal/mcptest"
 	"github.com/taskgate/taskgate/mcpclient"
 )
 
@@ -31,72 +27,11 @@ import (
 //     stream, with the related-task _meta;
 //   - it listens on every interface unless interop/loopback.cjs is preloaded.
 
-var npmOnce sync.Once
-var npmErr error
-
 // startEverything runs server-everything on 127.0.0.1 and returns its URL.
 // It skips when node is absent, except under CI=true where it fails.
 func startEverything(tb testing.TB) string {
 	tb.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("node is required for the server-everything interop tests in CI: %v", err)
-		}
-		tb.Skip("node not found on PATH: skipping the server-everything interop test")
-	}
-	interop, err := filepath.Abs(filepath.Join("..", "interop"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	entry := filepath.Join(interop, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
-	npmOnce.Do(func() {
-		if _, err := os.Stat(entry); err == nil {
-			return
-		}
-		cmd := exec.Command("npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund")
-		cmd.Dir = interop
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			npmErr = err
-			tb.Logf("npm ci: %s", out)
-		}
-	})
-	if npmErr != nil {
-		tb.Fatalf("npm ci in interop/: %v", npmErr)
-	}
-	cmd := exec.Command(node, "--require", filepath.Join(interop, "loopback.cjs"), entry, "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT=0")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "TASKGATE_LISTENING" {
-				addr <- f[1] + ":" + f[2]
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		if !strings.HasPrefix(a, "127.0.0.1:") {
-			tb.Fatalf("server-everything bound %s, want loopback only", a)
-		}
-		return "http://" + a + "/mcp"
-	case <-time.After(30 * time.Second):
-		tb.Fatal("server-everything did not start listening")
-	}
-	return ""
+	return mcptest.StartEverything(tb)
 }
 
 // waitStatus polls tasks/get until the task reaches want.

@@ -7,9 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/taskgate/taskgate/internal/mcptest"
 	"github.com/taskgate/taskgate/receiver"
 )
 
@@ -123,45 +121,7 @@ func TestCallOutcomes(t *testing.T) {
 // startEverything runs server-everything (interop/) on 127.0.0.1.
 func startEverything(tb testing.TB) string {
 	tb.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("node is required in CI: %v", err)
-		}
-		tb.Skip("node not found on PATH: skipping the server-everything CLI test")
-	}
-	interop, _ := filepath.Abs(filepath.Join("..", "..", "interop"))
-	entry := filepath.Join(interop, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
-	if _, err := os.Stat(entry); err != nil {
-		cmd := exec.Command("npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund")
-		cmd.Dir = interop
-		if out, err := cmd.CombinedOutput(); err != nil {
-			tb.Fatalf("npm ci: %v\n%s", err, out)
-		}
-	}
-	cmd := exec.Command(node, "--require", filepath.Join(interop, "loopback.cjs"), entry, "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT=0")
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "TASKGATE_LISTENING" {
-				addr <- f[1] + ":" + f[2]
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		return "http://" + a + "/mcp"
-	case <-time.After(30 * time.Second):
-		tb.Fatal("server-everything did not start")
-	}
-	return ""
+	return mcptest.StartEverything(tb)
 }
 
 func TestCallAnswersInputRequiredAgainstServerEverything(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,31 +60,53 @@ func nodeAndInterop(tb testing.TB) (node, interop string) {
 		tb.Skip("node not found on PATH: skipping the interop test")
 	}
 	interop = interopDir(tb)
-	npmOnce.Do(func() {
-		installed := true
-		for _, p := range []string{
-			filepath.Join("@modelcontextprotocol", "server-everything", "dist", "index.js"),
-			filepath.Join("@modelcontextprotocol", "sdk", "package.json"),
-			filepath.Join("zod", "package.json"),
-		} {
-			if _, err := os.Stat(filepath.Join(interop, "node_modules", p)); err != nil {
-				installed = false
-			}
-		}
-		if installed {
-			return
-		}
-		cmd := exec.Command("npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund")
-		cmd.Dir = interop
-		if out, err := cmd.CombinedOutput(); err != nil {
-			npmErr = err
-			tb.Logf("npm ci: %s", out)
-		}
-	})
+	npmOnce.Do(func() { npmErr = installInterop(tb, interop) })
 	if npmErr != nil {
 		tb.Fatalf("npm ci in interop/: %v", npmErr)
 	}
 	return node, interop
+}
+
+// interopInstalled reports whether interop/node_modules holds every peer.
+func interopInstalled(interop string) bool {
+	for _, p := range []string{
+		filepath.Join("@modelcontextprotocol", "server-everything", "dist", "index.js"),
+		filepath.Join("@modelcontextprotocol", "sdk", "package.json"),
+		filepath.Join("zod", "package.json"),
+	} {
+		if _, err := os.Stat(filepath.Join(interop, "node_modules", p)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// installInterop runs npm ci in interop/ when the peers are missing. Test binaries of several
+// packages run at once and npm ci first deletes node_modules, so the install is serialised
+// across processes with a lock file and the check is made again under the lock.
+func installInterop(tb testing.TB, interop string) error {
+	if interopInstalled(interop) {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(interop, ".install.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	if interopInstalled(interop) {
+		return nil
+	}
+	cmd := exec.Command("npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund")
+	cmd.Dir = interop
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Logf("npm ci: %s", out)
+		return err
+	}
+	return nil
 }
 
 // nodeProc is a started node peer.
