@@ -4,7 +4,9 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
+	"unicode"
 
 	"github.com/taskgate/taskgate/auth"
 )
@@ -79,10 +81,17 @@ func (s *Server) handleSignOut(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
 }
 
-// safeNext keeps a post-sign-in redirect on this site: a path, never another host.
+// safeNext keeps a post-sign-in redirect on this site: a path, never another host. Browsers
+// drop tabs and newlines from a URL and read a backslash as a slash, so "/\t/evil.example" and
+// "/\\evil.example" would leave the site: any control character or backslash, and anything that
+// parses with a scheme or a host, gives "/".
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
-		strings.HasPrefix(next, "/signin") || strings.ContainsAny(next, "\r\n") {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/signin") ||
+		strings.ContainsRune(next, '\\') || strings.IndexFunc(next, unicode.IsControl) >= 0 {
+		return "/"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
 		return "/"
 	}
 	return next
