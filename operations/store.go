@@ -434,13 +434,34 @@ func encodeCursor(at time.Time, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
 }
 
+// validUUID reports whether s is a UUID in its canonical 36-character text form.
+func validUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func decodeCursor(c string) (time.Time, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err == nil {
 		at, id, ok := strings.Cut(string(b), "|")
 		if ok {
 			t, err := time.Parse(time.RFC3339Nano, at)
-			if err == nil && len(id) == 36 {
+			if err == nil && validUUID(id) {
 				return t, id, nil
 			}
 		}

@@ -1,8 +1,10 @@
 package web
 
 import (
+	"encoding/base64"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -27,6 +29,23 @@ func TestSignInNeverRedirectsOffSite(t *testing.T) {
 	for _, next := range []string{"/audit", "/operations?tenant=acme&after=x", "/reconcile/12"} {
 		if got := safeNext(next); got != next {
 			t.Errorf("safeNext(%q) = %q, want it kept", next, got)
+		}
+	}
+}
+
+func TestForgedListCursorIsABadRequest(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	e.start(t, "acme", "refund", "c1", `{"outcome": "hang"}`)
+	// Well-formed base64 around a time and 36 characters that are not a UUID.
+	forged := base64.RawURLEncoding.EncodeToString([]byte("2030-01-01T00:00:00Z|" + strings.Repeat("z", 36)))
+	for _, c := range []struct{ who, path string }{
+		{"operator", "/operations?after=" + forged},
+		{"acme-token", "/api/v1/operations?after=" + forged},
+	} {
+		res, body := e.do(t, c.who, http.MethodGet, c.path, nil)
+		if res.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s %s: status %d, want 400\n%.200s", c.who, c.path, res.StatusCode, body)
 		}
 	}
 }
