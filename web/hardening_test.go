@@ -1,8 +1,12 @@
 package web
 
 import (
+	"bytes"
 	"encoding/base64"
+	"io"
+	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -47,5 +51,59 @@ func TestForgedListCursorIsABadRequest(t *testing.T) {
 		if res.StatusCode != http.StatusBadRequest {
 			t.Errorf("%s %s: status %d, want 400\n%.200s", c.who, c.path, res.StatusCode, body)
 		}
+	}
+}
+
+// countingReader is an endless body that counts what was read of it.
+type countingReader struct{ n int64 }
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	c.n += int64(len(p))
+	return len(p), nil
+}
+
+func TestRequestBodiesAreBounded(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	// A multipart sign-in whose file part never ends: without a bound the form parser spools
+	// it all to disk before the anti-forgery check refuses it.
+	var head bytes.Buffer
+	mw := multipart.NewWriter(&head)
+	if _, err := mw.CreateFormFile("f", "f"); err != nil {
+		t.Fatal(err)
+	}
+	const sent = 64 << 20
+	for _, c := range []struct {
+		who, path, ctype string
+		head             []byte
+	}{
+		{"", "/signin", mw.FormDataContentType(), head.Bytes()},
+		{"operator", "/signout", mw.FormDataContentType(), head.Bytes()},
+		{"acme-token", "/api/v1/operations", "application/json", []byte(`{"workflow": "`)},
+	} {
+		body := &countingReader{}
+		req := httptest.NewRequest(http.MethodPost, c.path, io.MultiReader(bytes.NewReader(c.head), io.LimitReader(body, sent)))
+		req.Header = e.request(t, c.who, http.MethodPost, c.path, nil).Header.Clone()
+		req.ContentLength = -1 // chunked: the size is not known up front
+		req.Header.Set("Content-Type", c.ctype)
+		req.Header.Set("Idempotency-Key", "k")
+		rec := httptest.NewRecorder()
+		e.srv.ServeHTTP(rec, req)
+		if rec.Code < 400 || rec.Code >= 500 {
+			t.Errorf("%s %s: status %d, want a refusal", c.who, c.path, rec.Code)
+		}
+		if body.n > 4*maxBodyBytes {
+			t.Errorf("%s %s: %d bytes of the body read, want at most about %d", c.who, c.path, body.n, maxBodyBytes)
+		}
+	}
+	// A declared oversized body is refused before it is read.
+	req := e.request(t, "", http.MethodPost, "/signin", nil)
+	req.Body = io.NopCloser(io.LimitReader(&countingReader{}, 2*maxBodyBytes))
+	req.ContentLength = 2 * maxBodyBytes
+	if res, _ := send(t, req); res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("declared 2 MiB: status %d, want 413", res.StatusCode)
 	}
 }

@@ -116,6 +116,27 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 	})
 }
 
+// maxBodyBytes bounds every request body: a console form, a sign-in and an API request alike.
+// The largest honest body (an API start request with its arguments) fits well inside it.
+const maxBodyBytes = 1 << 20
+
+// limitBodies caps every request body at maxBodyBytes before anything reads it, so a form
+// parser (multipart spills file parts to disk without a bound of its own) or a JSON decoder
+// never reads more; a read past the cap fails and the handler refuses the request.
+func limitBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBodyBytes {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // securityHeaders sets the headers every response carries: no inline script, no framing, no
 // sniffing, no referrer leaks.
 func securityHeaders(next http.Handler) http.Handler {

@@ -17,7 +17,7 @@ import (
 // missing from that table.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.withRequestID, s.recoverPanics, s.logRequests, securityHeaders, s.crossOrigin, s.loadSession)
+	r.Use(s.withRequestID, s.recoverPanics, s.logRequests, securityHeaders, limitBodies, s.crossOrigin, s.loadSession)
 
 	// Public: no sign-in.
 	static, _ := fs.Sub(staticFS, "static")
