@@ -232,11 +232,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	httpSrv := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	httpSrv := newHTTPServer(srv, logger)
 	httpSrv.RegisterOnShutdown(srv.CloseStreams)
 	// Committed audited changes (from every replica) drive the pages' live updates.
 	lctx, stopListen := context.WithCancel(ctx)
@@ -269,6 +265,19 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		logger.Warn("http shutdown", "err", err)
 	}
 	return nil
+}
+
+// newHTTPServer is the console's HTTP server: slow or oversized request headers and idle
+// connections are cut off (request bodies are bounded by the console's handler). There is no
+// overall read or write timeout: the live-update streams stay open.
+func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
 }
 
 // loadPolicy reads the policy file, or the embedded example when path is empty.
