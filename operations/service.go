@@ -489,17 +489,20 @@ func BuildEnvelope(out mcpclient.Outcome, server, taskID string, keep bool, star
 	return e
 }
 
-// sanitize strips control characters and caps s at n bytes on a rune boundary.
+// sanitize makes text from outside fit to keep and show: invalid UTF-8 replaced, control
+// characters (but newline and tab), invisible format characters (bidirectional overrides,
+// zero-width characters) and line/paragraph separators stripped, and the whole capped at n
+// bytes on a rune boundary.
 func sanitize(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
 		if r == '\n' || r == '\t' {
 			return r
 		}
-		if unicode.IsControl(r) {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029' {
 			return -1
 		}
 		return r
-	}, s)
+	}, strings.ToValidUTF8(s, "\uFFFD"))
 	if len(s) <= n {
 		return s
 	}
