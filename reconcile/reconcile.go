@@ -211,6 +211,8 @@ type Item struct {
 	IdempotencyKey string
 	DomainOutcome  string
 	TaskState      string
+	// ToolError is true when the task completed with a tool error (isError) as its result.
+	ToolError bool
 }
 
 // Open reports whether the item still waits for a verifier or a person.

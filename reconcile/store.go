@@ -105,7 +105,8 @@ const itemColumns = `r.id, r.operation_id, r.tenant, r.workflow, r.reason, r.det
 	r.opened_at, r.closed_at, coalesce(r.claimed_by, ''), r.claimed_at, r.claim_expires_at, coalesce(r.resolution, ''),
 	coalesce(r.resolution_reason, ''), coalesce(r.note, ''), coalesce(r.evidence_url, ''), coalesce(r.closed_by, ''), r.batch_id,
 	r.retried_at, coalesce(r.retried_by, ''),
-	o.object_ref, o.intended_effect, o.route, o.idempotency_key, o.domain_outcome, coalesce(t.state, '')`
+	o.object_ref, o.intended_effect, o.route, o.idempotency_key, o.domain_outcome, coalesce(t.state, ''),
+	coalesce(t.tool_error, false)`
 
 const itemFrom = ` FROM reconciliation_items r JOIN operations o ON o.id = r.operation_id LEFT JOIN tasks t ON t.operation_id = r.operation_id`
 
@@ -115,7 +116,7 @@ func scanItem(row pgx.Row) (Item, error) {
 	err := row.Scan(&i.ID, &i.OperationID, &i.Tenant, &i.Workflow, &i.Reason, &i.Detail, &i.State, &i.Attempts, &i.NextVerifyAt,
 		&i.OpenedAt, &i.ClosedAt, &i.ClaimedBy, &i.ClaimedAt, &i.ClaimExpiresAt, &res, &i.ResolutionReason, &i.Note,
 		&i.EvidenceURL, &i.ClosedBy, &i.BatchID, &i.RetriedAt, &i.RetriedBy,
-		&i.ObjectRef, &i.IntendedEffect, &i.Route, &i.IdempotencyKey, &i.DomainOutcome, &i.TaskState)
+		&i.ObjectRef, &i.IntendedEffect, &i.Route, &i.IdempotencyKey, &i.DomainOutcome, &i.TaskState, &i.ToolError)
 	i.Resolution = Outcome(res)
 	// An expired claim is no claim: nobody holds it.
 	if i.ClaimExpiresAt != nil && !i.ClaimExpiresAt.After(time.Now()) {

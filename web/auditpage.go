@@ -4,7 +4,9 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/taskgate/taskgate/audit"
 )
@@ -30,7 +32,15 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if v.Tenant != "" && !s.allowTenant(w, r, v.Tenant) {
 		return
 	}
+	format, ok := exportFormat(w, r)
+	if !ok {
+		return
+	}
 	all, tenants := principal(r).Scope.SQL()
+	if format != "" {
+		s.exportAudit(w, r, format, audit.Filter{Actor: v.Actor, Action: v.Action, Tenant: v.Tenant, AllTenants: all, Tenants: tenants, Limit: 500})
+		return
+	}
 	page, err := s.deps.Audit.List(r.Context(), audit.Filter{Actor: v.Actor, Action: v.Action, Tenant: v.Tenant,
 		AllTenants: all, Tenants: tenants, Before: q.Get("before"), Limit: 50})
 	if errors.Is(err, audit.ErrBadCursor) {
@@ -58,4 +68,26 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		v.Next = "/audit?" + keep.Encode()
 	}
 	s.render(w, r, http.StatusOK, auditPage(v))
+}
+
+// exportAudit writes the audit entries f selects, newest first, up to exportLimit, as CSV or JSON.
+func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request, format string, f audit.Filter) {
+	var rows [][]string
+	for len(rows) < exportLimit {
+		page, err := s.deps.Audit.List(r.Context(), f)
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		for _, a := range page.Rows {
+			rows = append(rows, []string{strconv.FormatInt(a.ID, 10), a.At.UTC().Format(time.RFC3339Nano), a.Actor, a.ActorKind, a.Role,
+				a.Tenant, a.Action, a.Target, a.Reason, string(a.Before), string(a.After), a.RequestID})
+		}
+		if page.Next == "" {
+			break
+		}
+		f.Before = page.Next
+	}
+	s.writeExport(w, r, format, "audit", []string{"id", "at", "actor", "actor_kind", "role", "tenant", "action", "target", "reason",
+		"before", "after", "request_id"}, rows)
 }

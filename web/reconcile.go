@@ -344,6 +344,15 @@ func (s *Server) handleReconcileBulk(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, status, reconcileQueuePage(v))
 }
 
+// itemStateWords names an item's state for people.
+func itemStateWords(st reconcile.State) string {
+	switch st {
+	case reconcile.StateNeedsPerson:
+		return "needs a person"
+	}
+	return strings.ReplaceAll(string(st), "_", " ")
+}
+
 func itemStateTone(st reconcile.State) string {
 	switch st {
 	case reconcile.StateNeedsPerson:

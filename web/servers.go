@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -44,6 +45,54 @@ type ServerRow struct {
 	LastSuccess         time.Time
 	ProbeEvery          string
 	Workflows           []string
+	// Running counts the non-terminal tasks (creating, working, input required) of the server's
+	// workflows in the principal's scope: what engaging the kill switch would leave draining.
+	Running int
+	// KillEngaged counts the server's workflows whose kill switch (or the global one) is engaged;
+	// KillUnknown is true when a switch could not be read (starts are blocked: fail safe).
+	KillEngaged int
+	KillUnknown bool
+}
+
+// killText says what the kill switch of a server's workflows is doing, in words.
+func (r ServerRow) killText() string {
+	switch {
+	case r.KillUnknown:
+		return "unreadable: starts blocked"
+	case len(r.Workflows) == 0:
+		return "no workflows"
+	case r.KillEngaged == 0:
+		return "released"
+	case r.KillEngaged == len(r.Workflows):
+		return "engaged"
+	}
+	return "engaged for " + strconv.Itoa(r.KillEngaged) + " of " + strconv.Itoa(len(r.Workflows)) + " workflows"
+}
+
+func (r ServerRow) killTone() string {
+	if r.KillUnknown || r.KillEngaged > 0 {
+		return "bad"
+	}
+	if len(r.Workflows) == 0 {
+		return "idle"
+	}
+	return "ok"
+}
+
+// drainText says how many running tasks the kill switch drains (engaged) or would drain.
+func (r ServerRow) drainText() string {
+	n := plural(r.Running, "running task", "running tasks")
+	if r.KillUnknown || r.KillEngaged > 0 {
+		return n + " draining"
+	}
+	return "engaging would drain " + n
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // ToolRow is one tool with its mode and annotations.
@@ -132,14 +181,36 @@ func eraLabel(era string) string {
 	return era
 }
 
-func (s *Server) serverRows(ctx context.Context) ([]ServerRow, error) {
+func (s *Server) serverRows(r *http.Request) ([]ServerRow, error) {
+	ctx := r.Context()
 	var rows []ServerRow
 	if s.deps.Policy == nil {
 		return rows, nil
 	}
+	var inFlight map[string]int
+	if ops, ok := s.consoleOps(); ok {
+		ov, err := ops.Overview(ctx, apiScope(r), time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		inFlight = ov.InFlight
+	}
 	for _, sv := range s.deps.Policy.Servers {
 		row := ServerRow{Name: sv.Name, URL: sv.URL, EraSetting: sv.Era, ProbeEvery: sv.ProbeEvery.String(),
 			Workflows: manifests.Affected(s.deps.Policy, sv.Name)}
+		for _, wf := range row.Workflows {
+			row.Running += inFlight[wf]
+			if s.deps.Router == nil {
+				continue
+			}
+			rt, err := s.deps.Router.Route(ctx, wf, "")
+			switch {
+			case err != nil || rt.Input.KillSwitchUnknown:
+				row.KillUnknown = true
+			case rt.Input.KillSwitch:
+				row.KillEngaged++
+			}
+		}
 		if s.deps.Manifests != nil {
 			st, err := s.deps.Manifests.Status(ctx, sv.Name)
 			if err != nil {
@@ -167,9 +238,17 @@ func (s *Server) handleServers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) renderServers(w http.ResponseWriter, r *http.Request, status int, flash, tone string) {
-	rows, err := s.serverRows(r.Context())
+	format, ok := exportFormat(w, r)
+	if !ok {
+		return
+	}
+	rows, err := s.serverRows(r)
 	if err != nil {
 		s.serverError(w, r, err)
+		return
+	}
+	if format != "" && r.Method == http.MethodGet {
+		s.writeExport(w, r, format, "servers", serverExportHeader, serverExportRows(rows))
 		return
 	}
 	v := ServersView{Page: s.page("MCP servers", "servers"), Servers: rows, Flash: flash, FlashTone: tone,
@@ -277,4 +356,20 @@ func (s *Server) handleManifests(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.render(w, r, http.StatusOK, manifestsPage(v))
+}
+
+var serverExportHeader = []string{"name", "url", "reachability", "last_probe", "last_error", "era", "protocol", "fingerprint",
+	"server_name", "server_version", "task_operations", "workflows", "kill_switch", "running_tasks"}
+
+func serverExportRows(rows []ServerRow) [][]string {
+	out := make([][]string, 0, len(rows))
+	for _, r := range rows {
+		var last string
+		if r.Probed {
+			last = r.LastProbe.UTC().Format(time.RFC3339)
+		}
+		out = append(out, []string{r.Name, r.URL, reachText(r), last, r.LastError, r.Era, r.Protocol, r.Fingerprint,
+			r.ServerName, r.Version, r.TaskOps, strings.Join(r.Workflows, " "), r.killText(), strconv.Itoa(r.Running)})
+	}
+	return out
 }

@@ -40,9 +40,9 @@
     } else {
       text = "Connecting…";
     }
-    if (lastUpdate && !paused) {
-      text += " · updated " + lastUpdate.toLocaleTimeString();
-    }
+    // The time of the last refresh goes in the tooltip, not the text: a growing status would
+    // reflow the header (and the page under it) at every refresh.
+    status.title = lastUpdate ? "updated " + lastUpdate.toLocaleTimeString() : "";
     status.textContent = text;
     document.body.setAttribute("data-live-state", paused ? "paused" : mode);
   }
