@@ -11,9 +11,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/mcpclient"
@@ -556,7 +558,15 @@ func (s *Service) submitJob(ctx context.Context, op Operation, wf *config.Workfl
 	}
 	defer resp.Body.Close()
 	var j jobAnswer
-	if resp.StatusCode/100 != 2 || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&j) != nil || j.ID == "" {
+	if resp.StatusCode/100 == 2 && json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&j) == nil && j.ID != "" && !j.usable() {
+		// The job API took the job but named it unusably: the job may exist, so its outcome is unknown.
+		_, _ = s.cfg.Store.pool.Exec(ctx, `UPDATE job_runs SET status = 'unacknowledged', error = $2, updated_at = now() WHERE operation_id = $1`, op.ID, "unusable job answer")
+		if err := s.cfg.Store.MarkUnknown(ctx, op.ID, "", ReasonJobUnacknowledged, "job API answered with an unusable job id or status"); err != nil {
+			log.Error("record unusable job answer", "err", err)
+		}
+		return
+	}
+	if resp.StatusCode/100 != 2 || j.ID == "" {
 		_, _ = s.cfg.Store.pool.Exec(ctx, `UPDATE job_runs SET status = 'refused', error = $2, updated_at = now() WHERE operation_id = $1`, op.ID, fmt.Sprintf("HTTP %d", resp.StatusCode))
 		s.refuse(ctx, op, fmt.Sprintf("job API refused the job (HTTP %d)", resp.StatusCode), true)
 		return
@@ -571,6 +581,25 @@ type jobAnswer struct {
 	Status    string `json:"status"`
 	Error     string `json:"error"`
 	ReceiptID string `json:"receipt_id"`
+}
+
+// maxJobField bounds a job id or receipt id from a job API.
+const maxJobField = 200
+
+// usable reports whether a job API's answer can be kept and followed: a job id and receipt of
+// printable characters within maxJobField bytes, and a status the watchers know.
+func (j jobAnswer) usable() bool {
+	printable := func(s string) bool {
+		return len(s) <= maxJobField && utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool {
+			return unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
+		}) < 0
+	}
+	switch j.Status {
+	case "queued", "running", "succeeded", "failed":
+	default:
+		return false
+	}
+	return j.ID != "" && printable(j.ID) && printable(j.ReceiptID)
 }
 
 func firstNonEmpty(a, b string) string {
@@ -619,7 +648,7 @@ func (s *Service) FollowDueJobs(ctx context.Context, replica string, n int, leas
 		return 0, err
 	}
 	for _, d := range list {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(d.base, "/")+"/jobs/"+d.job, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(d.base, "/")+"/jobs/"+url.PathEscape(d.job), nil)
 		if err != nil {
 			continue
 		}
@@ -630,8 +659,9 @@ func (s *Service) FollowDueJobs(ctx context.Context, replica string, n int, leas
 		var j jobAnswer
 		derr := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&j)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || derr != nil {
-			continue
+		j.ID = d.job // the job asked about, whatever id the answer names
+		if resp.StatusCode != http.StatusOK || derr != nil || !j.usable() {
+			continue // polled again after the interval; an unusable answer is never stored
 		}
 		if err := s.cfg.Store.UpdateJob(ctx, d.op, j, s.cfg.Now().Add(s.cfg.DefaultPoll)); err != nil {
 			s.cfg.Logger.Error("record job status", "operation", d.op, "err", err)

@@ -1,0 +1,76 @@
+package operations_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/taskgate/taskgate/internal/opstest"
+	"github.com/taskgate/taskgate/operations"
+)
+
+// hostileJobAPI takes jobs and answers with the id and status it is given; it records the
+// request URIs of its status reads.
+type hostileJobAPI struct {
+	id, status, receipt string
+	mu                  sync.Mutex
+	reads               []string
+}
+
+func (h *hostileJobAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		h.mu.Lock()
+		h.reads = append(h.reads, r.RequestURI)
+		h.mu.Unlock()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{"id": h.id, "status": h.status, "receipt_id": h.receipt})
+}
+
+func (h *hostileJobAPI) uris() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.reads...)
+}
+
+func TestHostileJobAPIAnswersAreBoundedAndEscaped(t *testing.T) {
+	t.Parallel()
+	// A job id that climbs out of /jobs/ and adds a query: status reads stay under /jobs/.
+	climb := &hostileJobAPI{id: "../admin/delete?all=1", status: "running"}
+	srv := httptest.NewServer(climb)
+	t.Cleanup(srv.Close)
+	// A status nobody knows, with markup and a huge receipt: nothing of it is kept.
+	weird := &hostileJobAPI{id: "j-1", status: "running<script>" + strings.Repeat("x", 5000), receipt: strings.Repeat("r", 100_000)}
+	srv2 := httptest.NewServer(weird)
+	t.Cleanup(srv2.Close)
+	b := opstest.Setup(t, opstest.Options{Extra: `
+  - {name: climb, server: rcv, tool: work_optional, effect: effectful, task_use: never, fallback: {kind: job_api, job_api: "` + srv.URL + `"}, owners: [ops]}
+  - {name: weird, server: rcv, tool: work_optional, effect: effectful, task_use: never, fallback: {kind: job_api, job_api: "` + srv2.URL + `"}, owners: [ops]}
+`})
+	climbOp := b.Start(t, "climb", "h-1", `{}`).Response.OperationID
+	weirdOp := b.Start(t, "weird", "h-2", `{}`).Response.OperationID
+	_, passes := b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 10*time.Second, "two status reads", func() bool { return len(climb.uris()) >= 2 })
+	for _, u := range climb.uris() {
+		if !strings.HasPrefix(u, "/jobs/") || strings.Contains(u, "?") || strings.Contains(u, "/admin/") {
+			t.Errorf("status read of %q left /jobs/{id}", u)
+		}
+	}
+	d := b.Detail(t, weirdOp)
+	if d.DomainOutcome != operations.OutcomeUnknown {
+		t.Errorf("unusable answer to a job submission: outcome %s, want unknown (the job may exist)", d.DomainOutcome)
+	}
+	if d.Job == nil || strings.Contains(d.Job.Status, "script") || len(d.Job.ReceiptID) > 200 {
+		t.Errorf("unusable job answer kept: %+v", d.Job)
+	}
+	for _, e := range d.Timeline {
+		if strings.Contains(e.State, "script") || strings.Contains(e.Message, "script") {
+			t.Errorf("timeline keeps the job API's status: %+v", e)
+		}
+	}
+	_ = climbOp
+}
