@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/taskgate/taskgate/mcpclient"
@@ -148,6 +149,9 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := conn.AnswerInput(actx, op.Task.TaskID, key, resp); err != nil {
+		// A server may quote the answer back in its error ("'4111…' is not valid"): the values
+		// never reach the timeline, the audit row, the caller or a log through it.
+		err = redactAnswer(err, resp.Content)
 		_ = s.cfg.Store.AddTimelineRecorded(actx, id, SourceOperator, "input_refused", fmt.Sprintf("answer to input %s (%s) by %s not taken: %s", key, resp.Action, by, safeMessage(err)),
 			rec.step(StepInput, op, map[string]any{"key": key, "action": string(resp.Action), "reply": "not taken: " + safeMessage(err), "values": "redacted"}))
 		if errors.Is(err, mcpclient.ErrUnknownInput) {
@@ -164,6 +168,41 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 	}
 	_ = s.cfg.Store.Reschedule(actx, id, s.cfg.Now())
 	return s.Get(actx, scope, id)
+}
+
+// redactedError is an error whose text had elicited values cut out; errors.Is and errors.As
+// still see the original.
+type redactedError struct {
+	err error
+	msg string
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactAnswer returns err with every answered value of content (strings and numbers of two
+// or more characters, as the server would print them) replaced by "[redacted]".
+func redactAnswer(err error, content map[string]any) error {
+	msg := err.Error()
+	out := msg
+	for _, v := range content {
+		var text string
+		switch v := v.(type) {
+		case string:
+			text = v
+		case bool, nil:
+			continue
+		default:
+			text = fmt.Sprint(v)
+		}
+		if text = strings.TrimSpace(text); len(text) >= 2 {
+			out = strings.ReplaceAll(out, text, "[redacted]")
+		}
+	}
+	if out == msg {
+		return err
+	}
+	return &redactedError{err: err, msg: out}
 }
 
 // InputsFrom converts input requests to pending inputs: field names and types, never values.
