@@ -1,13 +1,16 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/taskgate/taskgate/operations"
 	"github.com/taskgate/taskgate/reconcile"
 	"github.com/taskgate/taskgate/rollout"
 )
@@ -125,5 +128,29 @@ func TestReconcileQueueRowStatesInWords(t *testing.T) {
 		if got := testidText(row, testid, "td"); !strings.Contains(got, want) {
 			t.Errorf("%s = %q, want it to say %q", testid, got, want)
 		}
+	}
+}
+
+// CONSOLE.md rule 3: the polls that saw no change are one collapsed timeline line with a count.
+func TestTimelineCollapsesQuietPolls(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC)
+	v := OperationView{D: operations.Detail{Operation: operations.Operation{Task: &operations.Task{State: operations.StateWorking, Polls: 12, NextPollAt: &at}}},
+		Timeline: []TimelineLine{{At: at, Until: at, Source: operations.SourcePoll, State: "working", Count: 2}, {At: at, Until: at, Source: "create", State: "creating", Count: 1}}}
+	var buf bytes.Buffer
+	if err := opTimeline(v).Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	line := testidText(buf.String(), "timeline-quiet-polls", "tr")
+	if !strings.Contains(line, "× 10") || !strings.Contains(line, "10 routine polls saw no change") {
+		t.Fatalf("collapsed quiet polls line:\n%s", buf.String())
+	}
+	v.D.Task.Polls = 2
+	buf.Reset()
+	if err := opTimeline(v).Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	if has(buf.String(), "timeline-quiet-polls") {
+		t.Error("a quiet-polls line when every poll is already on the timeline")
 	}
 }

@@ -234,6 +234,21 @@ func timelineLines(d operations.Detail) ([]TimelineLine, string, time.Time) {
 	return out, progress, progressAt
 }
 
+// quietPolls counts the polls that saw no change: counted by the watcher, never written to the
+// timeline, shown there as one collapsed line (CONSOLE.md rule 3).
+func (v OperationView) quietPolls() int {
+	if v.D.Task == nil {
+		return 0
+	}
+	n := v.D.Task.Polls
+	for _, l := range v.Timeline {
+		if l.Source == operations.SourcePoll {
+			n -= l.Count
+		}
+	}
+	return max(n, 0)
+}
+
 func timelineTone(state string) string {
 	switch {
 	case strings.HasPrefix(state, "cancel"), strings.HasPrefix(state, "input"):
