@@ -54,8 +54,9 @@ func (s *Server) Publish(c audit.Change) {
 // Register it with http.Server.RegisterOnShutdown.
 func (s *Server) CloseStreams() { s.events.once.Do(func() { close(s.events.closed) }) }
 
-// streamCheck is how often an open stream re-checks its session and sends a keep-alive.
-const streamCheck = 20 * time.Second
+// defaultStreamCheck is how often an open stream re-checks its session (and with it the
+// account's role and scope) and sends a keep-alive, unless Deps.StreamCheck says otherwise.
+const defaultStreamCheck = 20 * time.Second
 
 // handleEvents is the live-update stream (server-sent events): an event "change" with
 // {"area": …} whenever an audited change the principal may see commits. Pages refresh their live
@@ -75,7 +76,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = rc.Flush()
-	tick := time.NewTicker(streamCheck)
+	tick := time.NewTicker(s.deps.StreamCheck)
 	defer tick.Stop()
 	for {
 		select {
@@ -84,11 +85,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		case <-s.events.closed:
 			return
 		case <-tick.C:
-			if _, err := s.deps.Auth.Session(r.Context(), sess.Token); err != nil {
+			fresh, err := s.deps.Auth.Session(r.Context(), sess.Token)
+			if err != nil {
 				_, _ = fmt.Fprint(w, "event: signedout\ndata: {}\n\n")
 				_ = rc.Flush()
 				return
 			}
+			// A role or scope changed since the stream opened applies from now on.
+			p = fresh.Account.Principal()
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return
 			}

@@ -370,3 +370,42 @@ func TestSecurityHeadersAndCookies(t *testing.T) {
 		t.Errorf("revoked token: status %d, want 401", res.StatusCode)
 	}
 }
+
+// TestEventsFollowANarrowedScope: an open live-update stream applies a scope narrowed after it
+// opened, at its next session check, instead of keeping the scope it started with.
+func TestEventsFollowANarrowedScope(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, func(d *Deps) { d.StreamCheck = 20 * time.Millisecond })
+	req := e.request(t, "viewer", http.MethodGet, "/events", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() && sc.Text() != ": connected" {
+	}
+	u := e.users["viewer"].Account
+	if _, err := e.auth.SetRole(ctx, audit.Actor{Name: "test", Kind: audit.KindSystem}, auth.AllTenants, u.ID, u.Role, auth.TenantScope("globex")); err != nil {
+		t.Fatal(err)
+	}
+	// Two keep-alives: the second is sent after a session check that saw the new scope.
+	for seen := 0; seen < 2 && sc.Scan(); {
+		if sc.Text() == ": keep-alive" {
+			seen++
+		}
+	}
+	e.srv.Publish(audit.Change{Area: "acmething", Tenant: "acme"})
+	e.srv.Publish(audit.Change{Area: "globexthing", Tenant: "globex"})
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "data: ") {
+			if !strings.Contains(line, "globexthing") {
+				t.Fatalf("stream narrowed to globex passed on %q", line)
+			}
+			return
+		}
+	}
+	t.Fatalf("stream ended: %v", sc.Err())
+}

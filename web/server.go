@@ -49,6 +49,9 @@ type Deps struct {
 	Version string
 	// Policy is the policy file in force.
 	Policy *config.Config
+	// StreamCheck is how often an open live-update stream re-checks its session, role and
+	// scope (default 20 s).
+	StreamCheck time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Auth keeps accounts, sessions and API tokens (required).
@@ -91,6 +94,9 @@ func NewServer(deps Deps) (*Server, error) {
 	}
 	if deps.Now == nil {
 		deps.Now = time.Now
+	}
+	if deps.StreamCheck <= 0 {
+		deps.StreamCheck = defaultStreamCheck
 	}
 	if deps.Ready == nil {
 		return nil, errors.New("web: Deps.Ready is required")
