@@ -154,3 +154,31 @@ func TestTimelineCollapsesQuietPolls(t *testing.T) {
 		t.Error("a quiet-polls line when every poll is already on the timeline")
 	}
 }
+
+// CONSOLE.md rule 6: when the retention janitor has removed a task's envelope and timeline, the
+// page says so instead of showing nothing.
+func TestOperationSaysWhenItsEnvelopeWasPruned(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	id := e.start(t, "acme", "refund", "p-1", `{"outcome": "hang"}`)
+	ctx := context.Background()
+	for _, q := range []string{
+		`UPDATE tasks SET state = 'completed', result_state = 'fetched', terminal_at = now() - interval '400 days', next_poll_at = NULL WHERE operation_id = $1`,
+		`DELETE FROM task_envelopes WHERE operation_id = $1`,
+		`DELETE FROM task_timeline WHERE operation_id = $1`,
+	} {
+		if _, err := e.pool.Exec(ctx, q, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, body := e.do(t, "viewer", http.MethodGet, "/operations/"+id, nil)
+	if !has(body, "envelope-pruned") || !strings.Contains(testidText(body, "envelope-pruned", "div"), "pruned after the retention period") {
+		t.Fatalf("no pruned notice:\n%s", body)
+	}
+	if !strings.Contains(testidText(body, "timeline-empty", "tr"), "pruned after the retention period") {
+		t.Errorf("the empty timeline does not say it was pruned")
+	}
+	if !strings.Contains(testidText(body, "server-state", "dd"), "no, pruned after the retention period") {
+		t.Errorf("server state: %s", testidText(body, "server-state", "dd"))
+	}
+}

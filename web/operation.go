@@ -24,7 +24,10 @@ type OperationView struct {
 	// ServerState is the explicit state of the task on the server (rule 6): "expired on the
 	// server at …", "unobservable since …", "gone from the server …".
 	ServerState string
-	Timeline    []TimelineLine
+	// Pruned is set when the retention janitor removed the result envelope and timeline: when
+	// and after which retention period, in words (CONSOLE.md rule 6: nothing vanishes silently).
+	Pruned   string
+	Timeline []TimelineLine
 	// LastProgress is the last progress message the server sent (never the outcome).
 	LastProgress   string
 	LastProgressAt time.Time
@@ -97,6 +100,13 @@ func (s *Server) operationView(r *http.Request, d operations.Detail, flash, tone
 			}
 		}
 		v.ServerState = serverState(d, now)
+		if wf != nil && d.Envelope == nil && t.TerminalAt != nil && t.ResultState != "pending" {
+			if keep := wf.StatusRetention.Duration; keep > 0 && now.After(t.TerminalAt.Add(keep)) {
+				v.Pruned = "pruned after the retention period (" + humanDur(keep) + ", since " + absTime(t.TerminalAt.Add(keep)) + ")"
+				v.ServerState = strings.NewReplacer("result kept: no", "result kept: no, "+v.Pruned,
+					"result kept here: no", "result kept here: no, "+v.Pruned).Replace(v.ServerState)
+			}
+		}
 	}
 	v.Timeline, v.LastProgress, v.LastProgressAt = timelineLines(d)
 	v.Inputs = d.Inputs
