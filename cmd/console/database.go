@@ -19,6 +19,9 @@ import (
 type dbFlags struct {
 	url     string
 	dataDir string
+	// exclusive refuses a data dir another console holds (serve); other commands then use that
+	// console's running server.
+	exclusive bool
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet, getenv func(string) string) {
@@ -41,6 +44,14 @@ func openDatabase(ctx context.Context, f dbFlags, logger *slog.Logger) (*databas
 	url := f.url
 	if url == "" {
 		release, err := pgcluster.Lock(f.dataDir)
+		if errors.Is(err, pgcluster.ErrLocked) && !f.exclusive {
+			// A console is running on this data dir: work through its server.
+			shared, rerr := pgcluster.Running(filepath.Join(f.dataDir, "pg"), "taskgate")
+			if rerr != nil {
+				return nil, fmt.Errorf("%w (and its database server is not ready: %v)", err, rerr)
+			}
+			return connect(ctx, db, shared)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -60,6 +71,11 @@ func openDatabase(ctx context.Context, f dbFlags, logger *slog.Logger) (*databas
 		}
 		url = c.URL("taskgate")
 	}
+	return connect(ctx, db, url)
+}
+
+// connect opens db's pool on url; on failure it closes what db already holds.
+func connect(ctx context.Context, db *database, url string) (*database, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		db.Close()

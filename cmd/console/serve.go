@@ -34,7 +34,7 @@ import (
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	var dbf dbFlags
+	dbf := dbFlags{exclusive: true}
 	dbf.register(fs, getenv)
 	addr := fs.String("addr", envOr(getenv, "TASKGATE_ADDR", "127.0.0.1:8080"), "listen address (env TASKGATE_ADDR)")
 	policyPath := fs.String("config", getenv("TASKGATE_CONFIG"), "policy file (env TASKGATE_CONFIG); empty = the embedded example policy")

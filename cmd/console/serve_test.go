@@ -401,3 +401,30 @@ func TestMigrateCommand(t *testing.T) {
 		t.Fatal("migrate down zero accepted")
 	}
 }
+
+// TestCommandsWorkBesideARunningConsole: with the console running on the embedded cluster, a
+// console command on the same data dir uses that console's database server instead of failing
+// on the data-dir lock or starting a second server.
+func TestCommandsWorkBesideARunningConsole(t *testing.T) {
+	t.Parallel()
+	dir := dataDir(t)
+	c := startConsole(t, "--data-dir", dir)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"users", "add", "--email", "late@example.com", "--role", "support", "--tenants", "all", "--data-dir", dir},
+		func(string) string { return "" }, &out); err != nil {
+		t.Fatalf("users add beside a running console: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"users", "list", "--data-dir", dir}, func(string) string { return "" }, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "late@example.com") {
+		t.Fatalf("the new account is not listed:\n%s", out.String())
+	}
+	if pids := postgresFor(dir); len(pids) != 1 {
+		t.Fatalf("postgres servers for the data dir: %v, want the console's one", pids)
+	}
+	if code, _ := get(t, c.url+"/readyz"); code != 200 {
+		t.Fatalf("console not ready after the command: %d", code)
+	}
+}

@@ -3,6 +3,7 @@ package pgcluster
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,4 +43,30 @@ func Lock(dir string) (release func(), err error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// ErrNotRunning is returned by Running when no server is serving the cluster in dir.
+var ErrNotRunning = errors.New("no PostgreSQL server is running for this cluster")
+
+// Running returns a connection URL for database on the server that another process (a running
+// console) keeps for the cluster in dir, read from its postmaster.pid: the socket directory and
+// port, once the server reports itself ready. Console commands use it to work beside a running
+// console instead of starting a second server.
+func Running(dir, database string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNotRunning, err)
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 8 {
+		return "", fmt.Errorf("%w: postmaster.pid is incomplete", ErrNotRunning)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(lines[0]))
+	port, _ := strconv.Atoi(strings.TrimSpace(lines[3]))
+	sock := strings.TrimSpace(lines[4])
+	if pid <= 0 || port <= 0 || sock == "" || !processAlive(pid) || strings.TrimSpace(lines[7]) != "ready" {
+		return "", ErrNotRunning
+	}
+	q := url.Values{"host": {sock}, "port": {strconv.Itoa(port)}, "sslmode": {"disable"}}
+	return "postgres://postgres@/" + url.PathEscape(database) + "?" + q.Encode(), nil
 }
