@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -24,9 +25,10 @@ type discovered struct {
 
 // probeAnswer is what one modern probe concluded.
 type probeAnswer struct {
-	ev     Evidence
-	modern bool // the server speaks 2026-07-28
-	disc   *discovered
+	ev      Evidence
+	modern  bool // the server speaks 2026-07-28
+	disc    *discovered
+	refusal *RPCError // the -32022 answer, sanitised, when there was one
 }
 
 // tasksEra is the Tasks era a modern answer implies: the extension only
@@ -60,7 +62,7 @@ func interpretDiscover(ev Evidence, m *wireMessage) (probeAnswer, error) {
 			_ = json.Unmarshal(m.Error.Data, &data)
 			ev.SupportedVersions = truncList(data.Supported)
 			ev.ModernServer = true
-			return probeAnswer{ev: ev, modern: true}, nil
+			return probeAnswer{ev: ev, modern: true, refusal: sanitizeRPCError(m.Error, Limits{})}, nil
 		case CodeMissingCapability, CodeHeaderMismatch:
 			ev.ModernServer = true
 			return probeAnswer{ev: ev, modern: true}, nil
@@ -196,6 +198,27 @@ func probeStdio(ctx context.Context, tr transport.Interface, timeout time.Durati
 		p.ev.ModernServer = false
 	}
 	return p, nil
+}
+
+// versionFallback decides what a stdio -32022 answer to server/discover
+// leads to. The reference says to retry with a version from
+// error.data.supported; this client speaks 2026-07-28 (the version it just
+// sent, so a refusal means the server will not speak it with us) and
+// 2025-11-25, which only initialize negotiates. So: 2025-11-25 among the
+// supported versions → initialize (legacy), recorded in the evidence;
+// neither → a typed *UnsupportedVersionError, before any initialize is sent.
+func versionFallback(p *probeAnswer) error {
+	p.modern = false
+	if slices.Contains(p.ev.SupportedVersions, string(EraLegacy)) {
+		p.ev.Answer = fmt.Sprintf("error %d: server supports %s; initialize with %s",
+			CodeUnsupportedVersion, strings.Join(p.ev.SupportedVersions, ", "), EraLegacy)
+		return nil
+	}
+	rpc := p.refusal
+	if rpc == nil {
+		rpc = &RPCError{Code: CodeUnsupportedVersion, Message: "server/discover refused " + string(EraExtension)}
+	}
+	return fmt.Errorf("detect era: %w", &UnsupportedVersionError{RPC: rpc, Supported: append([]string(nil), p.ev.SupportedVersions...)})
 }
 
 func dialHTTP(ctx context.Context, opts Options) (Conn, error) {
@@ -348,10 +371,9 @@ func dialStdio(ctx context.Context, opts Options) (Conn, error) {
 			return fail(err)
 		}
 		if p.modern && p.disc == nil {
-			// -32022: ask again if 2026-07-28 is among the supported versions
-			// (it is what we sent, so a refusal means the server does not
-			// speak it): legacy.
-			p.modern = false
+			if err := versionFallback(&p); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	era := p.tasksEra()
