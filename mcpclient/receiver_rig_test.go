@@ -31,6 +31,12 @@ const (
 	// server/discover itself: "unsupported" (-32022 naming 2025-11-25 only)
 	// or "silent" (never answers).
 	stdioDiscoverEnv = "MCPCLIENT_STDIO_DISCOVER"
+	// stdioFaultEnv sets a fault knob on the stdio receiver's work_optional
+	// tool: "drop_before_create" (Fault.DropBeforeCreateResult).
+	stdioFaultEnv = "MCPCLIENT_STDIO_FAULT"
+	// stdioCountersEnv names a file the stdio receiver writes its Counters
+	// to (JSON) when it stops, dropped connection included.
+	stdioCountersEnv = "MCPCLIENT_STDIO_COUNTERS"
 	// rigPoll is the poll interval the test receivers suggest.
 	rigPoll = 100 * time.Millisecond
 )
@@ -71,6 +77,9 @@ func serveReceiverStdioIfAsked() {
 		return
 	}
 	r := receiver.New(receiver.Config{Eras: erasOf(mode), DefaultPollInterval: rigPoll, MaxTTL: 10 * time.Minute, DefaultTTL: 5 * time.Minute})
+	if os.Getenv(stdioFaultEnv) == "drop_before_create" {
+		r.Knobs().SetTool(receiver.ToolWorkOptional, receiver.Fault{DropBeforeCreateResult: true})
+	}
 	var in io.Reader = os.Stdin
 	out := &lockedWriter{w: os.Stdout}
 	if shim := os.Getenv(stdioDiscoverEnv); shim != "" {
@@ -101,6 +110,14 @@ func serveReceiverStdioIfAsked() {
 	}
 	err := r.ServeStdio(context.Background(), in, out)
 	r.Close()
+	if path := os.Getenv(stdioCountersEnv); path != "" {
+		b, _ := json.Marshal(r.Counters())
+		// Written whole under a temporary name, then renamed: a reader never
+		// sees half a file.
+		if werr := os.WriteFile(path+".tmp", b, 0o600); werr == nil {
+			_ = os.Rename(path+".tmp", path)
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
