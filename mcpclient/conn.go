@@ -169,6 +169,10 @@ type Options struct {
 	// are hints: polling stays authoritative. Called from transport
 	// goroutines; must not block for long.
 	OnStatus func(Snapshot)
+	// OnSubscribed receives the acknowledgement of each Subscribe stream
+	// (extension era): the subscription id and the accepted task ids.
+	// Called from transport goroutines; must not block for long.
+	OnSubscribed func(Subscription)
 	// OnInput is told about each new input request (legacy elicitation/create
 	// with related-task _meta, extension inputRequests). Answer it with
 	// Conn.AnswerInput, now or later. When nil, the client declares no

@@ -330,35 +330,88 @@ func (c *extConn) Close() error {
 }
 
 // onNotify handles notifications that arrive on extension response streams
-// (notifications/tasks from subscriptions/listen): hints only.
+// (subscriptions/listen): the acknowledgement goes to Options.OnSubscribed,
+// each notifications/tasks DetailedTask is read as tasks/get would read it
+// (its input requests offered like a poll's) and goes to Options.OnStatus.
+// Both are hints: polling stays authoritative.
 func (c *extConn) onNotify(m *wireMessage) {
-	if m.Method != "notifications/tasks" || c.opts.OnStatus == nil {
-		return
+	switch m.Method {
+	case "notifications/subscriptions/acknowledged":
+		if c.opts.OnSubscribed == nil {
+			return
+		}
+		var ack struct {
+			Notifications struct {
+				TaskIDs []string `json:"taskIds"`
+			} `json:"notifications"`
+			Meta map[string]json.RawMessage `json:"_meta"`
+		}
+		if json.Unmarshal(m.Params, &ack) != nil {
+			return
+		}
+		var subID string
+		_ = json.Unmarshal(ack.Meta[metaSubscriptionID], &subID)
+		ids := ack.Notifications.TaskIDs
+		if len(ids) > maxSubscribeIDs {
+			ids = ids[:maxSubscribeIDs]
+		}
+		for i, id := range ids {
+			ids[i] = truncate(id, 256)
+		}
+		c.opts.OnSubscribed(Subscription{ID: truncate(subID, 256), TaskIDs: ids})
+	case "notifications/tasks":
+		s, err := decodeExtSnapshot(m.Params, c.opts.Limits)
+		if err != nil {
+			return
+		}
+		s.InputRequests = c.inputs.offer(s.Task.ID, s.InputRequests)
+		if v := c.tracker.observe(s.Task.ID, s.Task.Status); v != nil {
+			s.Violation = v
+		}
+		if c.opts.OnStatus != nil {
+			c.opts.OnStatus(s)
+		}
 	}
-	s, err := decodeExtSnapshot(m.Params, c.opts.Limits)
-	if err != nil {
-		return
-	}
-	if v := c.tracker.observe(s.Task.ID, s.Task.Status); v != nil {
-		s.Violation = v
-	}
-	c.opts.OnStatus(s)
 }
 
-// Subscribe opens subscriptions/listen for the given tasks when the server
-// offers it and delivers notifications/tasks to Options.OnStatus until ctx
-// ends. It never replaces polling. Only extension-era connections offer it;
-// others return ErrNotSupported.
+// metaSubscriptionID tags the messages of one subscriptions/listen stream.
+const metaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
+
+// maxSubscribeIDs bounds the task ids read from one acknowledgement.
+const maxSubscribeIDs = 1024
+
+// Subscription is a server's notifications/subscriptions/acknowledged: the
+// stream's id and the task ids it accepted (unknown or foreign ids are left
+// out by the server).
+type Subscription struct {
+	// ID is _meta["io.modelcontextprotocol/subscriptionId"], "" if absent.
+	ID string
+	// TaskIDs are the accepted task ids.
+	TaskIDs []string
+}
+
+// Subscribe opens subscriptions/listen for the given tasks on an
+// extension-era connection and blocks while the stream lasts: the
+// acknowledgement goes to Options.OnSubscribed and each notifications/tasks
+// to Options.OnStatus. It returns nil when ctx ends, ErrNotSupported on a
+// legacy connection or when the server refuses the method (-32601, -32600),
+// and the transport error when the stream drops. Notifications are hints:
+// it never replaces polling (Conn.GetTask, Conn.AwaitOutcome), which stays
+// authoritative whether or not the subscription holds.
 func Subscribe(ctx context.Context, conn Conn, taskIDs []string) error {
 	c, ok := conn.(*extConn)
-	if !ok || !c.info.Capabilities.Subscriptions {
+	if !ok {
 		return fmt.Errorf("subscriptions/listen: %w", ErrNotSupported)
 	}
 	_, err := c.send(ctx, "subscriptions/listen", "", map[string]any{
 		"notifications": map[string]any{"taskIds": taskIDs}, "_meta": c.meta(true, nil),
 	})
-	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("subscriptions/listen: %w", err)
+	if err == nil || ctx.Err() != nil {
+		return nil
 	}
-	return nil
+	var rpc *RPCError
+	if errors.As(err, &rpc) && (rpc.Code == CodeMethodNotFound || rpc.Code == CodeInvalidRequest) {
+		return fmt.Errorf("subscriptions/listen: %w: %w", ErrNotSupported, err)
+	}
+	return fmt.Errorf("subscriptions/listen: %w", err)
 }

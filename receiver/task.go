@@ -205,23 +205,27 @@ func (s *taskStore) finish(t *task, result obj, rerr *rpcError) {
 	if t.status.Terminal() {
 		return
 	}
+	// The outcome is in place before the transition, which publishes the
+	// snapshot: a notifications/tasks for the terminal status carries it.
+	prevResult, prevErr := t.result, t.rpcErr
+	var ok bool
 	switch {
 	case rerr != nil:
-		if s.transitionLocked(t, StatusFailed, rerr.Message) {
-			t.rpcErr = rerr
-		}
+		t.rpcErr = rerr
+		ok = s.transitionLocked(t, StatusFailed, rerr.Message)
 	case result != nil && result["isError"] == true && t.era == eraLegacy:
-		if s.transitionLocked(t, StatusFailed, "Tool reported an error") {
-			t.result = result
-		}
+		t.result = result
+		ok = s.transitionLocked(t, StatusFailed, "Tool reported an error")
 	default:
 		msg := "Completed"
 		if result != nil && result["isError"] == true {
 			msg = "Completed with a tool error"
 		}
-		if s.transitionLocked(t, StatusCompleted, msg) {
-			t.result = result
-		}
+		t.result = result
+		ok = s.transitionLocked(t, StatusCompleted, msg)
+	}
+	if !ok {
+		t.result, t.rpcErr = prevResult, prevErr
 	}
 }
 
