@@ -14,7 +14,8 @@ func forEachEra(t *testing.T, cfg receiver.Config, body func(t *testing.T, era m
 		t.Run(eraMode(era), func(t *testing.T) {
 			t.Parallel()
 			rig := startReceiver(t, cfg)
-			body(t, era, rig, rig.dial(t, mcpclient.Options{Era: eraChoice(era)}))
+			// The client declares elicitation, so tasks may ask it for input.
+			body(t, era, rig, rig.dial(t, mcpclient.Options{Era: eraChoice(era), OnInput: func(mcpclient.InputRequest) {}}))
 		})
 	}
 }

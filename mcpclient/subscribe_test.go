@@ -26,6 +26,7 @@ func newSubscriber() *subscriber {
 // options wires the collector into dial options; the callbacks never block.
 func (s *subscriber) options() mcpclient.Options {
 	return mcpclient.Options{
+		OnInput: func(mcpclient.InputRequest) {}, // declares elicitation
 		OnSubscribed: func(sub mcpclient.Subscription) {
 			select {
 			case s.acks <- sub:

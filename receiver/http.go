@@ -118,6 +118,8 @@ func (r *Receiver) serveLegacyPOST(w http.ResponseWriter, req *http.Request, ide
 		}
 		r.stats.add(func(c *Counters) { c.Methods[m.Method]++ })
 		s := r.newSession(ident, nil)
+		p, _ := decodeParams(m.Params)
+		s.declareCapabilities(p)
 		r.log.Info("session initialized", "tenant", ident.Tenant, "actor", ident.Actor)
 		w.Header().Set("Mcp-Session-Id", s.id)
 		writeJSON(w, http.StatusOK, response(m.ID, r.initializeResult(), nil))

@@ -81,6 +81,7 @@ func (r *Receiver) legacyToolsCall(rc *reqCtx, p obj) reply {
 	if rerr != nil {
 		return fail(rerr)
 	}
+	call.clientCaps = rc.sess.capabilities()
 	f := r.knobs.fault(call.tool.name)
 	taskMeta, augmented := p["task"].(obj)
 	if _, present := p["task"]; present && !augmented && p["task"] != nil {

@@ -65,8 +65,6 @@ func (r *Receiver) modernDispatch(rc *reqCtx, m *message) reply {
 	switch m.Method {
 	case "server/discover":
 		return ok(r.discoverResult())
-	case "ping":
-		return ok(complete(obj{}))
 	case "tools/list":
 		return ok(complete(obj{"tools": r.toolsList(false), "cacheScope": "private", "ttlMs": 0}))
 	case "tools/call":
@@ -112,14 +110,18 @@ func (r *Receiver) decodeInputResponses(rc *reqCtx, p obj, tool string) (map[str
 		if !isStr || !valid || st.Tool != tool {
 			return nil, errf(CodeInvalidParams, "Invalid params: requestState is not one this server issued for %s", tool)
 		}
+		for k, v := range st.Answers {
+			if _, newer := out[k]; !newer {
+				out[k] = v
+			}
+		}
 	}
 	return out, nil
 }
 
-func (r *Receiver) inputRequired(rc *reqCtx, tool string, reqs []inputRequest) reply {
-	if _, has := rc.modern.caps["elicitation"]; !has {
-		return fail(&rpcError{Code: CodeMissingCapability, Message: "Missing required client capability: elicitation",
-			Data: obj{"requiredCapabilities": obj{"elicitation": obj{}}}})
+func (r *Receiver) inputRequired(rc *reqCtx, tool string, reqs []inputRequest, answered map[string]json.RawMessage) reply {
+	if m := missingCapabilities(rc.modern.caps, reqs); len(m) > 0 {
+		return fail(missingCapabilityError(m))
 	}
 	in := obj{}
 	keys := make([]string, 0, len(reqs))
@@ -129,7 +131,7 @@ func (r *Receiver) inputRequired(rc *reqCtx, tool string, reqs []inputRequest) r
 	}
 	sort.Strings(keys)
 	return ok(obj{"resultType": "input_required", "inputRequests": in,
-		"requestState": r.encodeState(requestState{Tool: tool, Keys: keys}, rc.ident)})
+		"requestState": r.encodeState(requestState{Tool: tool, Keys: keys, Answers: answered}, rc.ident)})
 }
 
 func (r *Receiver) modernToolsCall(rc *reqCtx, p obj) reply {
@@ -142,6 +144,8 @@ func (r *Receiver) modernToolsCall(rc *reqCtx, p obj) reply {
 		return fail(rerr)
 	}
 	call.preAnswers = answers
+	call.clientCaps = rc.modern.caps
+	_, call.stateOK = p["requestState"]
 	f := r.knobs.fault(call.tool.name)
 	if call.tool.support == SupportRequired && !rc.modern.declaresTask {
 		return fail(missingTasksCapability("tools/call " + call.tool.name))
@@ -155,7 +159,7 @@ func (r *Receiver) modernToolsCall(rc *reqCtx, p obj) reply {
 				}
 			}
 			if len(missing) > 0 {
-				return r.inputRequired(rc, call.tool.name, missing)
+				return r.inputRequired(rc, call.tool.name, missing, answers)
 			}
 		}
 		t, rerr := r.startTask(rc.ident, eraExtension, "", r.cfg.DefaultTTL, call)
@@ -180,7 +184,7 @@ func (r *Receiver) modernToolsCall(rc *reqCtx, p obj) reply {
 	res, rerr := r.execute(ctx, call, mrtrAsker)
 	if rerr != nil && rerr.Code == codeNeedInput {
 		need, _ := rerr.Data.(*errNeedInput)
-		return r.inputRequired(rc, call.tool.name, need.reqs)
+		return r.inputRequired(rc, call.tool.name, need.reqs, answers)
 	}
 	if rerr != nil {
 		return reply{err: rerr, delay: f.Delay}

@@ -52,6 +52,9 @@ func (r *Receiver) decodeCursor(c string, id Identity) (uint64, bool) {
 type requestState struct {
 	Tool string   `json:"tool"`
 	Keys []string `json:"keys"`
+	// Answers are the answers of earlier rounds, so a multi-round call needs
+	// only the newest answers on each retry. Signed, never trusted unsigned.
+	Answers map[string]json.RawMessage `json:"answers,omitempty"`
 }
 
 func (r *Receiver) encodeState(st requestState, id Identity) string {

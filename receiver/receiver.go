@@ -103,6 +103,14 @@ type Config struct {
 	// "taskgate-reference-receiver", "1.0.0").
 	ServerName    string
 	ServerVersion string
+	// AllowedHosts are the host names (no port) a request's Host header, and
+	// its Origin header when present, may name; anything else is answered
+	// 403, which stops DNS-rebinding attacks from browsers (default: the
+	// loopback names localhost, 127.0.0.1 and ::1).
+	AllowedHosts []string
+	// Profile selects extra tools: "" (the default) or "conformance", which
+	// adds the fixture tools the MCP conformance suites call.
+	Profile string
 }
 
 func (c *Config) withDefaults() {
@@ -141,6 +149,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.ServerVersion == "" {
 		c.ServerVersion = "1.0.0"
+	}
+	if len(c.AllowedHosts) == 0 {
+		c.AllowedHosts = loopbackHosts
 	}
 }
 
@@ -251,14 +262,15 @@ func (r *Receiver) goBackground(f func()) {
 	}()
 }
 
-// Handler serves /mcp (Streamable HTTP, both eras), /records/{key} and /jobs.
+// Handler serves /mcp (Streamable HTTP, both eras), /records/{key} and /jobs,
+// each behind the Host/Origin allow-list (Config.AllowedHosts).
 func (r *Receiver) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mcp", r.serveMCP)
 	mux.HandleFunc("GET /records/{key}", r.serveRecord)
 	mux.HandleFunc("POST /jobs", r.serveJobCreate)
 	mux.HandleFunc("GET /jobs/{id}", r.serveJobGet)
-	return mux
+	return r.guardOrigin(mux)
 }
 
 // ListenAndServe serves the receiver's Handler on addr (a 127.0.0.1 address;

@@ -94,6 +94,30 @@ type session struct {
 	nextID int
 	closed chan struct{}
 	once   sync.Once
+	// caps are the capabilities the client's initialize declared.
+	caps obj
+}
+
+// declareCapabilities records what the client's initialize declared.
+func (s *session) declareCapabilities(initParams obj) {
+	caps := sub(initParams, "capabilities")
+	if caps == nil {
+		caps = obj{}
+	}
+	s.mu.Lock()
+	s.caps = caps
+	s.mu.Unlock()
+}
+
+// capabilities are the client's declared capabilities (empty before
+// initialize).
+func (s *session) capabilities() obj {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.caps == nil {
+		return obj{}
+	}
+	return s.caps
 }
 
 func (r *Receiver) newSession(ident Identity, stdio outbound) *session {

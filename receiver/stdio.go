@@ -137,6 +137,7 @@ func (r *Receiver) ServeStdio(ctx context.Context, rd io.Reader, w io.Writer) er
 		if m.Method == "initialize" {
 			initialized = true
 			initMu.Unlock()
+			sess.declareCapabilities(p)
 			write(m, ok(r.initializeResult()))
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -55,6 +56,57 @@ type toolCall struct {
 	meta       obj
 	key        string                     // idempotency key ("" = none)
 	preAnswers map[string]json.RawMessage // answers gathered before the task (MRTR)
+	// clientCaps are the capabilities the client declared (initialize, or the
+	// request's _meta). Input the client did not declare it can take is a
+	// failure, never a request to the client.
+	clientCaps obj
+	// stateOK is set when the call echoed a requestState this server issued.
+	stateOK bool
+}
+
+// inputCapability names the client capability an input request needs.
+func inputCapability(method string) string {
+	switch method {
+	case "elicitation/create":
+		return "elicitation"
+	case "sampling/createMessage":
+		return "sampling"
+	case "roots/list":
+		return "roots"
+	}
+	return method
+}
+
+// missingCapabilities lists the capabilities reqs need that caps lacks.
+func missingCapabilities(caps obj, reqs []inputRequest) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, q := range reqs {
+		c := inputCapability(q.Method)
+		if _, has := caps[c]; !has && !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// errMissingCapability stops a tool that needs input the client cannot take.
+type errMissingCapability struct{ caps []string }
+
+func (e *errMissingCapability) Error() string {
+	return "the client declared no " + strings.Join(e.caps, ", ") + " capability"
+}
+
+// missingCapabilityError is the call error for input a client cannot take:
+// -32021 with the capabilities required, in both eras.
+func missingCapabilityError(caps []string) *rpcError {
+	req := obj{}
+	for _, c := range caps {
+		req[c] = obj{}
+	}
+	return &rpcError{Code: CodeMissingCapability, Message: "Missing required client capability: " + strings.Join(caps, ", "),
+		Data: obj{"requiredCapabilities": req}}
 }
 
 type toolDef struct {
@@ -129,6 +181,10 @@ func askErr(ctx context.Context, err error) *rpcError {
 	if errors.As(err, &need) {
 		return &rpcError{Code: codeNeedInput, Data: need}
 	}
+	var missing *errMissingCapability
+	if errors.As(err, &missing) {
+		return missingCapabilityError(missing.caps)
+	}
 	return cancelledErr(ctx)
 }
 
@@ -156,7 +212,7 @@ func (r *Receiver) toolDefs() []*toolDef {
 			run:         runScripted}
 	}
 	str := func(d string) obj { return obj{"type": "string", "description": d} }
-	return []*toolDef{
+	defs := []*toolDef{
 		scripted(ToolWorkForbidden, SupportForbidden, "Scripted work that never runs as a task."),
 		scripted(ToolWorkOptional, SupportOptional, "Scripted work that may run as a task."),
 		scripted(ToolWorkRequired, SupportRequired, "Scripted work that only runs as a task."),
@@ -240,6 +296,10 @@ func (r *Receiver) toolDefs() []*toolDef {
 				return textResult("Hello, "+name+"! The task is done.", false), nil
 			}},
 	}
+	if r.cfg.Profile == ProfileConformance {
+		defs = append(defs, conformanceTools()...)
+	}
+	return defs
 }
 
 func userNameRequest() inputRequest {
@@ -333,6 +393,9 @@ func (r *Receiver) execute(ctx context.Context, c *toolCall, ask asker) (obj, *r
 			if len(out) == len(reqs) {
 				return out, nil
 			}
+		}
+		if m := missingCapabilities(c.clientCaps, reqs); len(m) > 0 {
+			return nil, &errMissingCapability{caps: m}
 		}
 		return ask(ctx, reqs, msg)
 	}

@@ -19,8 +19,10 @@ func runReceiver(ctx context.Context, args []string, getenv func(string) string,
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address (loopback unless you mean it)")
 	eras := fs.String("eras", "both", "eras served: both, legacy (2025-11-25) or extension (2026-07-28)")
 	tokens := fs.String("tokens", "", "comma-separated TOKEN=TENANT:ACTOR bindings; empty = unauthenticated single-user mode")
+	profile := fs.String("profile", "", "extra tools: \"\" (none) or conformance (the MCP conformance suites' fixture tools)")
+	hosts := fs.String("allowed-hosts", "", "comma-separated host names a request's Host and Origin may name (default: localhost, 127.0.0.1, ::1)")
 	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: console receiver [--addr 127.0.0.1:PORT] [--eras both|legacy|extension] [--tokens T=TENANT:ACTOR,...]")
+		fmt.Fprintln(stdout, "usage: console receiver [--addr 127.0.0.1:PORT] [--eras both|legacy|extension] [--tokens T=TENANT:ACTOR,...] [--profile conformance] [--allowed-hosts H,...]")
 		fmt.Fprintln(stdout, "Runs the reference MCP Task receiver: MCP at /mcp, the fake system of record at")
 		fmt.Fprintln(stdout, "/records/{key} and the fake job API at /jobs.")
 		fs.PrintDefaults()
@@ -38,6 +40,20 @@ func runReceiver(ctx context.Context, args []string, getenv func(string) string,
 		cfg.Eras = receiver.ErasExtension
 	default:
 		return fmt.Errorf("receiver: --eras %q: want both, legacy or extension", *eras)
+	}
+	switch *profile {
+	case "", receiver.ProfileConformance:
+		cfg.Profile = *profile
+	default:
+		return fmt.Errorf("receiver: --profile %q: want conformance or nothing", *profile)
+	}
+	for _, h := range strings.Split(*hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			if strings.ContainsAny(h, ":/ ") && !strings.Contains(h, "::") {
+				return fmt.Errorf("receiver: --allowed-hosts entry %q: want a host name without scheme or port", h)
+			}
+			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
+		}
 	}
 	for _, b := range strings.Split(*tokens, ",") {
 		if b = strings.TrimSpace(b); b == "" {
