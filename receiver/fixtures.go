@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ProfileConformance adds the fixture tools the MCP conformance suites call.
@@ -61,6 +62,16 @@ func rootURIs(raw []byte) []string {
 	return out
 }
 
+// elicitSummary describes an ElicitResult answer, bounded.
+func elicitSummary(raw []byte) string {
+	a := decodeAnswer(raw)
+	b, _ := json.Marshal(a.Content)
+	if len(b) > 300 {
+		b = b[:300]
+	}
+	return fmt.Sprintf("action=%s, content=%s", a.Action, b)
+}
+
 func fixedResult(content ...any) func(context.Context, *Receiver, *toolCall, asker) (obj, *rpcError) {
 	return func(context.Context, *Receiver, *toolCall, asker) (obj, *rpcError) {
 		return obj{"content": content}, nil
@@ -114,6 +125,89 @@ func conformanceTools() []*toolDef {
 			"else":                 obj{"required": []string{"email"}},
 			"additionalProperties": false,
 		}, run: fixedResult(text("Schema accepted"))},
+		{name: "test_sampling", support: SupportForbidden, description: "Asks the client's model the prompt (sampling/createMessage).",
+			schema: obj{"type": "object", "properties": obj{"prompt": obj{"type": "string"}}, "required": []string{"prompt"}},
+			run: func(ctx context.Context, _ *Receiver, c *toolCall, ask asker) (obj, *rpcError) {
+				ans, err := ask(ctx, []inputRequest{samplingFixture("sample", str2(c.args, "prompt", "Hello"), 100)}, "")
+				if err != nil {
+					return nil, askErr(ctx, err)
+				}
+				return textResult("LLM response: "+bound(samplingText(ans["sample"])), false), nil
+			}},
+		{name: "test_elicitation", support: SupportForbidden, description: "Asks the user for a username and email.",
+			schema: obj{"type": "object", "properties": obj{"message": obj{"type": "string"}}, "required": []string{"message"}},
+			run: func(ctx context.Context, _ *Receiver, c *toolCall, ask asker) (obj, *rpcError) {
+				q := inputRequest{Key: "user", Method: "elicitation/create", Params: obj{
+					"message": str2(c.args, "message", "Please provide your information"),
+					"requestedSchema": obj{"type": "object", "properties": obj{
+						"username": obj{"type": "string", "description": "User's response"},
+						"email":    obj{"type": "string", "description": "User's email address"},
+					}, "required": []string{"username", "email"}},
+				}}
+				ans, err := ask(ctx, []inputRequest{q}, "")
+				if err != nil {
+					return nil, askErr(ctx, err)
+				}
+				return textResult("User response: "+elicitSummary(ans["user"]), false), nil
+			}},
+		{name: "test_elicitation_sep1034_defaults", support: SupportForbidden, description: "Elicits with a default for every primitive type.", schema: none,
+			run: func(ctx context.Context, _ *Receiver, c *toolCall, ask asker) (obj, *rpcError) {
+				q := inputRequest{Key: "defaults", Method: "elicitation/create", Params: obj{
+					"message": "Please review and update the form fields with defaults",
+					"requestedSchema": obj{"type": "object", "properties": obj{
+						"name":     obj{"type": "string", "description": "User name", "default": "John Doe"},
+						"age":      obj{"type": "integer", "description": "User age", "default": 30},
+						"score":    obj{"type": "number", "description": "User score", "default": 95.5},
+						"status":   obj{"type": "string", "description": "User status", "enum": []string{"active", "inactive", "pending"}, "default": "active"},
+						"verified": obj{"type": "boolean", "description": "Verification status", "default": true},
+					}},
+				}}
+				ans, err := ask(ctx, []inputRequest{q}, "")
+				if err != nil {
+					return nil, askErr(ctx, err)
+				}
+				return textResult("Elicitation completed: "+elicitSummary(ans["defaults"]), false), nil
+			}},
+		{name: "test_elicitation_sep1330_enums", support: SupportForbidden, description: "Elicits with every enum schema variant.", schema: none,
+			run: func(ctx context.Context, _ *Receiver, c *toolCall, ask asker) (obj, *rpcError) {
+				titled := func(prefix, word string) []any {
+					var out []any
+					for i, t := range []string{"First", "Second", "Third"} {
+						out = append(out, obj{"const": fmt.Sprintf("%s%d", prefix, i+1), "title": t + " " + word})
+					}
+					return out
+				}
+				q := inputRequest{Key: "enums", Method: "elicitation/create", Params: obj{
+					"message": "Please select options from the enum fields",
+					"requestedSchema": obj{"type": "object", "properties": obj{
+						"untitledSingle": obj{"type": "string", "description": "Select one option", "enum": []string{"option1", "option2", "option3"}},
+						"titledSingle":   obj{"type": "string", "description": "Select one option with titles", "oneOf": titled("value", "Option")},
+						"legacyEnum":     obj{"type": "string", "description": "Select one option (legacy)", "enum": []string{"opt1", "opt2", "opt3"}, "enumNames": []string{"Option One", "Option Two", "Option Three"}},
+						"untitledMulti":  obj{"type": "array", "description": "Select multiple options", "minItems": 1, "maxItems": 3, "items": obj{"type": "string", "enum": []string{"option1", "option2", "option3"}}},
+						"titledMulti":    obj{"type": "array", "description": "Select multiple options with titles", "minItems": 1, "maxItems": 3, "items": obj{"anyOf": titled("value", "Choice")}},
+					}},
+				}}
+				ans, err := ask(ctx, []inputRequest{q}, "")
+				if err != nil {
+					return nil, askErr(ctx, err)
+				}
+				return textResult("Elicitation completed: "+elicitSummary(ans["enums"]), false), nil
+			}},
+		{name: "test_tool_with_progress", support: SupportForbidden, description: "Reports progress 0, 50 and 100 of 100 when given a progressToken.", schema: none,
+			run: func(ctx context.Context, _ *Receiver, c *toolCall, _ asker) (obj, *rpcError) {
+				token, hasToken := c.meta["progressToken"]
+				for i, p := range []int{0, 50, 100} {
+					if i > 0 {
+						if err := sleep(ctx, 50*time.Millisecond); err != nil {
+							return nil, cancelledErr(ctx)
+						}
+					}
+					if hasToken && c.notify != nil {
+						c.notify("notifications/progress", obj{"progressToken": token, "progress": p, "total": 100})
+					}
+				}
+				return textResult("Progress reported: 0, 50, 100 of 100", false), nil
+			}},
 		{name: "test_missing_capability", support: SupportForbidden, description: "Needs the client's sampling capability; -32021 without it.", schema: none,
 			run: func(_ context.Context, _ *Receiver, c *toolCall, _ asker) (obj, *rpcError) {
 				if _, has := c.clientCaps["sampling"]; !has {

@@ -116,6 +116,7 @@ func (r *Receiver) legacyToolsCall(rc *reqCtx, p obj) reply {
 	defer cancel()
 	stop := context.AfterFunc(r.ctx, cancel)
 	defer stop()
+	call.notify = streamNotifier(rc.stream)
 	res, rerr := r.execute(ctx, call, r.plainAsker(rc))
 	return reply{result: res, err: rerr, delay: f.Delay}
 }

@@ -181,6 +181,7 @@ func (r *Receiver) modernToolsCall(rc *reqCtx, p obj) reply {
 	defer cancel()
 	stop := context.AfterFunc(r.ctx, cancel)
 	defer stop()
+	call.notify = streamNotifier(rc.stream)
 	res, rerr := r.execute(ctx, call, mrtrAsker)
 	if rerr != nil && rerr.Code == codeNeedInput {
 		need, _ := rerr.Data.(*errNeedInput)

@@ -62,6 +62,22 @@ type toolCall struct {
 	clientCaps obj
 	// stateOK is set when the call echoed a requestState this server issued.
 	stateOK bool
+	// notify sends a notification on the call's response stream (nil when
+	// the call has none: tasks, or a client that takes no event stream).
+	notify func(method string, params obj)
+}
+
+// streamNotifier returns a notify function writing to the stream that
+// stream() opens, or nil.
+func streamNotifier(stream func() outbound) func(string, obj) {
+	if stream == nil {
+		return nil
+	}
+	return func(method string, params obj) {
+		if out := stream(); out != nil {
+			_ = out.send(notification(method, params))
+		}
+	}
 }
 
 // inputCapability names the client capability an input request needs.
