@@ -361,4 +361,3 @@ func listScenarios(t *testing.T, suite, prefix string) []string {
 	}
 	return names
 }
-
