@@ -126,7 +126,7 @@ func runProbe(ctx context.Context, args []string, stdout io.Writer) error {
 // runCall implements "console call URL TOOL --args JSON [--task] [--ttl MS]
 // [--token T] [--answer JSON] [--era ...]". It returns nil only when the
 // call (or task) completed.
-func runCall(ctx context.Context, args []string, stdout io.Writer) error {
+func runCall(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	// The input answerer prints from its own goroutine.
 	stdout = &lockedWriter{w: stdout}
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
@@ -137,8 +137,9 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 	token := fs.String("token", "", "bearer token sent as Authorization (never printed)")
 	answer := fs.String("answer", "", "JSON object to accept an elicitation with (without it, elicitations are declined)")
 	era := fs.String("era", "auto", "era to speak: auto, legacy (2025-11-25) or extension (2026-07-28)")
+	timeout := fs.Duration("timeout", 0, "overall deadline of the call, dial included (default: the --ttl when given, else 10m)")
 	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: console call URL TOOL --args JSON [--task] [--ttl MS] [--token T] [--answer JSON] [--era auto|legacy|extension]")
+		fmt.Fprintln(stdout, "usage: console call URL TOOL --args JSON [--task] [--ttl MS] [--timeout DURATION] [--token T] [--answer JSON] [--era auto|legacy|extension]")
 		fmt.Fprintln(stdout, "Runs one call to the end, printing each observed status on its own line")
 		fmt.Fprintln(stdout, "(status working, status input_required, ...), answering an elicitation with --answer,")
 		fmt.Fprintln(stdout, "and printing the final result as JSON. Succeeds only when the task completed.")
@@ -169,6 +170,20 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("call: %w", err)
 	}
+	if *ttl < 0 {
+		return fmt.Errorf("call: --ttl must not be negative")
+	}
+	deadline := callDeadline(*timeout, *ttl)
+	if deadline <= 0 {
+		return fmt.Errorf("call: --timeout must be positive")
+	}
+	ctx, cancelDeadline := context.WithTimeoutCause(ctx, deadline, errCallDeadline)
+	defer cancelDeadline()
+	defer func() {
+		if err != nil && errors.Is(context.Cause(ctx), errCallDeadline) {
+			err = fmt.Errorf("call %s: no outcome within --timeout %s: %w", pos[1], deadline, errCallDeadline)
+		}
+	}()
 	respond := func() mcpclient.InputResponse {
 		if answerContent == nil {
 			return mcpclient.InputResponse{Action: mcpclient.ActionDecline}
@@ -195,6 +210,13 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
+	}
+	printOutcome := func(o *mcpclient.Outcome) error {
+		v, err := outcomeJSON(o)
+		if err != nil {
+			return err
+		}
+		return printJSON(v)
 	}
 	tool := pos[1]
 	callOpts := mcpclient.CallOptions{Answer: func(ctx context.Context, r mcpclient.InputRequest) (mcpclient.InputResponse, error) {
@@ -272,10 +294,7 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 			outcome = snap.Outcome
 			break
 		}
-		delay := snap.Task.PollInterval
-		if delay <= 0 || delay > 2*time.Second {
-			delay = 250 * time.Millisecond
-		}
+		delay := pollDelay(snap.Task.PollInterval)
 		select {
 		case r := <-results:
 			if r.err != nil {
@@ -290,7 +309,7 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 	if outcome.Status != last {
 		fmt.Fprintf(stdout, "status %s\n", outcome.Status)
 	}
-	if err := printJSON(outcome); err != nil {
+	if err := printOutcome(outcome); err != nil {
 		return err
 	}
 	if outcome.Status != mcpclient.StatusCompleted {
@@ -300,6 +319,62 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("call %s: task %s ended %s", tool, task.ID, outcome.Describe())
 	}
 	return nil
+}
+
+// errCallDeadline is the cause when console call runs out of --timeout.
+var errCallDeadline = errors.New("call deadline exceeded")
+
+// callDeadline is the overall deadline of console call: --timeout, else the
+// requested ttl, else 10 minutes.
+func callDeadline(timeout time.Duration, ttlMS int64) time.Duration {
+	switch {
+	case timeout != 0:
+		return timeout
+	case ttlMS > 0:
+		return time.Duration(ttlMS) * time.Millisecond
+	}
+	return 10 * time.Minute
+}
+
+// pollDelay is the wait before the next tasks/get: the server's suggested
+// pollInterval (bounded to 50 ms – 1 min), or 250 ms when it suggested none.
+func pollDelay(suggested time.Duration) time.Duration {
+	switch {
+	case suggested <= 0:
+		return 250 * time.Millisecond
+	case suggested < 50*time.Millisecond:
+		return 50 * time.Millisecond
+	case suggested > time.Minute:
+		return time.Minute
+	}
+	return suggested
+}
+
+// outcomeJSON is the outcome as console call prints it: the task's ttl and
+// pollInterval in milliseconds, under their wire names.
+func outcomeJSON(o *mcpclient.Outcome) (any, error) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	if o.Task != nil {
+		t, _ := m["task"].(map[string]any)
+		if t != nil {
+			delete(t, "ttl")
+			delete(t, "pollInterval")
+			if o.Task.TTL != nil {
+				t["ttl"] = o.Task.TTL.Milliseconds()
+			}
+			if o.Task.PollInterval > 0 {
+				t["pollInterval"] = o.Task.PollInterval.Milliseconds()
+			}
+		}
+	}
+	return m, nil
 }
 
 // lockedWriter serialises writes from several goroutines.
