@@ -620,6 +620,11 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 			return notFound(opID, err)
 		}
 		res = ObserveResult{From: from, Now: from}
+		// A notification that arrives after a newer poll (its lastUpdatedAt is not later than
+		// the stored one) is a stale hint, not a transition.
+		if source == SourceNotification && from != obs.State && upd != nil && !obs.UpdatedAt.IsZero() && !obs.UpdatedAt.After(*upd) {
+			return nil
+		}
 		if !validTransition(from, obs.State) {
 			res.Violation = true
 			if _, err := tx.Exec(ctx, `INSERT INTO transition_violations (operation_id, task_id, from_state, to_state, source) VALUES ($1,$2,$3,$4,$5)`,

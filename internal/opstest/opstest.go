@@ -42,6 +42,9 @@ type Options struct {
 	Pool *pgxpool.Pool
 	// Extra is appended to the workflows of the policy.
 	Extra string
+	// Front, when set, is given the receiver's MCP URL and returns the URL the policy names
+	// instead (a proxy in front of the receiver).
+	Front func(t testing.TB, mcpURL string) string
 }
 
 // Policy is the test policy: one workflow per route. %[1]s is the MCP URL, %[2]s the base
@@ -95,7 +98,11 @@ func Setup(t testing.TB, o Options) *Bundle {
 		rcv.Close()
 	})
 	base := "http://" + ln.Addr().String()
-	pol, err := config.Parse(fmt.Appendf(nil, Policy+o.Extra, base+"/mcp", base, o.Era))
+	mcpURL := base + "/mcp"
+	if o.Front != nil {
+		mcpURL = o.Front(t, mcpURL)
+	}
+	pol, err := config.Parse(fmt.Appendf(nil, Policy+o.Extra, mcpURL, base, o.Era))
 	if err != nil {
 		t.Fatalf("policy: %v", err)
 	}
