@@ -35,8 +35,12 @@ type probeAnswer struct {
 // when a discover result advertised it without the legacy capabilities.tasks.
 // A modern error without a result (-32022 for the only modern version this
 // client speaks, -32021, -32020) leaves no usable extension: legacy is tried.
+//
+// A discover result whose supportedVersions lacks 2025-11-25 is a modern-only
+// server: initialize would be refused, so the modern core is spoken at once
+// (plain calls work; task creation is refused without the extension).
 func (p probeAnswer) tasksEra() Era {
-	if p.modern && p.disc != nil && p.disc.caps.Extension {
+	if p.modern && p.disc != nil && (p.disc.caps.Extension || !slices.Contains(p.disc.versions, string(EraLegacy))) {
 		return EraExtension
 	}
 	return EraLegacy
@@ -129,6 +133,15 @@ func truncList(in []string) []string {
 // or a 400 with a modern error body means modern, anything else legacy.
 // -32022 is retried once when the server supports 2026-07-28 after all.
 func probeHTTP(ctx context.Context, h *httpRPC) (probeAnswer, error) {
+	p, err := probeHTTPOnce(ctx, h)
+	if err != nil || !p.refusedButSupported() {
+		return p, err
+	}
+	p, err = probeHTTPOnce(ctx, h)
+	return retried(p), err
+}
+
+func probeHTTPOnce(ctx context.Context, h *httpRPC) (probeAnswer, error) {
 	ev := Evidence{Method: "server/discover", Sent: string(EraExtension), At: time.Now().UTC()}
 	body, _ := encodeRequest("tg-discover", "server/discover", discoverParams())
 	hdr := http.Header{}
@@ -200,6 +213,19 @@ func probeStdio(ctx context.Context, tr transport.Interface, timeout time.Durati
 	return p, nil
 }
 
+// refusedButSupported is a -32022 answer to our 2026-07-28 request whose
+// supported list names 2026-07-28: the request is retried as 2026-07-28
+// once before any other conclusion.
+func (p probeAnswer) refusedButSupported() bool {
+	return p.refusal != nil && slices.Contains(p.ev.SupportedVersions, string(EraExtension))
+}
+
+// retried marks the evidence of a second probe after a -32022.
+func retried(p probeAnswer) probeAnswer {
+	p.ev.Answer += fmt.Sprintf(" (after a retry: the first -32022 named %s)", string(EraExtension))
+	return p
+}
+
 // versionFallback decides what a stdio -32022 answer to server/discover
 // leads to. The reference says to retry with a version from
 // error.data.supported; this client speaks 2026-07-28 (the version it just
@@ -214,11 +240,16 @@ func versionFallback(p *probeAnswer) error {
 			CodeUnsupportedVersion, strings.Join(p.ev.SupportedVersions, ", "), EraLegacy)
 		return nil
 	}
+	return fmt.Errorf("detect era: %w", versionRefusal(*p))
+}
+
+// versionRefusal is the typed error of a -32022 answer.
+func versionRefusal(p probeAnswer) error {
 	rpc := p.refusal
 	if rpc == nil {
 		rpc = &RPCError{Code: CodeUnsupportedVersion, Message: "server/discover refused " + string(EraExtension)}
 	}
-	return fmt.Errorf("detect era: %w", &UnsupportedVersionError{RPC: rpc, Supported: append([]string(nil), p.ev.SupportedVersions...)})
+	return &UnsupportedVersionError{RPC: rpc, Supported: append([]string(nil), p.ev.SupportedVersions...)}
 }
 
 func dialHTTP(ctx context.Context, opts Options) (Conn, error) {
@@ -241,6 +272,9 @@ func dialHTTP(ctx context.Context, opts Options) (Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		if p.refusal != nil {
+			return nil, fmt.Errorf("mcpclient: era forced to extension: %w", versionRefusal(p))
+		}
 		if !p.modern || p.disc == nil {
 			return nil, fmt.Errorf("mcpclient: era forced to extension: %w (%s)", ErrExtensionUnsupported, p.ev.Answer)
 		}
@@ -259,6 +293,11 @@ func dialHTTP(ctx context.Context, opts Options) (Conn, error) {
 	p, err := probeHTTP(ctx, h)
 	if err != nil {
 		return nil, err
+	}
+	if p.modern && p.disc == nil && p.refusal != nil {
+		if err := versionFallback(&p); err != nil {
+			return nil, fmt.Errorf("mcpclient: %w", err)
+		}
 	}
 	era := p.tasksEra()
 	p.ev.Era = era
@@ -370,6 +409,15 @@ func dialStdio(ctx context.Context, opts Options) (Conn, error) {
 		if err != nil {
 			return fail(err)
 		}
+		if p.refusedButSupported() {
+			if p, err = probeStdio(ctx, tr, opts.DiscoverTimeout); err != nil {
+				return fail(err)
+			}
+			p = retried(p)
+		}
+		if opts.Era == EraChoiceExtension && p.refusal != nil {
+			return fail(fmt.Errorf("era forced to extension: %w", versionRefusal(p)))
+		}
 		if p.modern && p.disc == nil {
 			if err := versionFallback(&p); err != nil {
 				return fail(err)
@@ -385,27 +433,17 @@ func dialStdio(ctx context.Context, opts Options) (Conn, error) {
 	}
 	p.ev.Era = era
 	if era == EraExtension {
-		w := &extStdioWire{tr: tr, lim: opts.Limits}
-		c := &extConn{opts: opts, wire: w, cancel: cancel}
-		c.inputs.onInput = opts.OnInput
-		c.info = extInfo(p)
-		tr.SetNotificationHandler(func(n mcp.JSONRPCNotification) {
-			raw, err := json.Marshal(n.Params)
-			if err == nil {
-				c.onNotify(&wireMessage{JSONRPC: "2.0", Method: n.Method, Params: raw})
-			}
-		})
-		if _, err := c.RefreshTools(ctx); err != nil {
-			_ = c.Close()
-			return nil, fmt.Errorf("mcpclient: %w", err)
-		}
-		if opts.Era == EraAuto {
-			opts.Detector.Record(key, p.ev)
-		}
-		return c, nil
+		return dialStdioExtension(ctx, opts, tr, cancel, p, key)
 	}
 	c := newLegacy(opts, tr, false, life, cancel)
 	if err := c.handshake(ctx, p.ev); err != nil {
+		if p.modern && p.disc != nil && !errIsTransport(err) {
+			// A modern server without the extension that refuses
+			// initialize: speak the modern core, task creation refused.
+			p.ev.Era = EraExtension
+			p.ev.Answer += "; initialize refused"
+			return dialStdioExtension(ctx, opts, tr, cancel, p, key)
+		}
 		_ = c.Close()
 		return nil, fmt.Errorf("mcpclient: %w", err)
 	}
@@ -415,6 +453,28 @@ func dialStdio(ctx context.Context, opts Options) (Conn, error) {
 	}
 	if opts.Era == EraAuto {
 		opts.Detector.Record(key, c.info.Evidence)
+	}
+	return c, nil
+}
+
+// dialStdioExtension speaks 2026-07-28 on a started stdio transport.
+func dialStdioExtension(ctx context.Context, opts Options, tr *transport.Stdio, cancel context.CancelFunc, p probeAnswer, key string) (Conn, error) {
+	w := &extStdioWire{tr: tr, lim: opts.Limits}
+	c := &extConn{opts: opts, wire: w, cancel: cancel}
+	c.inputs.onInput = opts.OnInput
+	c.info = extInfo(p)
+	tr.SetNotificationHandler(func(n mcp.JSONRPCNotification) {
+		raw, err := json.Marshal(n.Params)
+		if err == nil {
+			c.onNotify(&wireMessage{JSONRPC: "2.0", Method: n.Method, Params: raw})
+		}
+	})
+	if _, err := c.RefreshTools(ctx); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("mcpclient: %w", err)
+	}
+	if opts.Era == EraAuto {
+		opts.Detector.Record(key, p.ev)
 	}
 	return c, nil
 }

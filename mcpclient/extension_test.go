@@ -245,7 +245,8 @@ func TestExtensionModernServerAdvertisingLegacyTasksIsNotExtension(t *testing.T)
 	p.advertiseLegacyTasks = true
 	conn := dialExt(t, p, mcpclient.Options{})
 	info := conn.Info()
-	if info.Capabilities.Extension || !strings.Contains(info.Evidence.Answer, "initialize refused") {
+	// A 2026-07-28-only server: the modern core is spoken without initialize.
+	if info.Capabilities.Extension || !strings.Contains(info.Evidence.Answer, "extension not supported") {
 		t.Fatalf("info %+v", info)
 	}
 	if _, err := conn.CreateTask(ctxT(t, 5*time.Second), "slow", nil, mcpclient.TaskOptions{}); !errorsIs(err, mcpclient.ErrTasksNotAdvertised) {

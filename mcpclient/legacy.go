@@ -99,6 +99,9 @@ func (c *legacyConn) handshake(ctx context.Context, ev Evidence) error {
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return fmt.Errorf("initialize: %w: %w", ErrMalformed, err)
 	}
+	if strings.TrimSpace(res.ProtocolVersion) == "" {
+		return fmt.Errorf("initialize: %w: the result names no protocolVersion", ErrMalformed)
+	}
 	caps, err := decodeCapabilities(res.Capabilities, EraLegacy)
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)

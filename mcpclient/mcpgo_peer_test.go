@@ -36,6 +36,7 @@ const stdioPeerEnv = "MCPCLIENT_STDIO_PEER"
 func TestMain(m *testing.M) {
 	serveReceiverStdioIfAsked() // re-executed as the reference receiver on stdio
 	serveFakeDiscoverIfAsked()  // re-executed as a server/discover-refusing fake
+	serveEraFakeIfAsked()       // re-executed as the scripted era fake
 	if os.Getenv(stdioPeerEnv) == "1" {
 		// Re-executed test binary: serve the mcp-go peer on stdio.
 		p := newMCPGoPeer(nil)
