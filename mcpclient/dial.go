@@ -341,6 +341,10 @@ func extInfo(p probeAnswer) ServerInfo {
 	return info
 }
 
+// getStreamWait bounds how long Dial waits for the server to answer the
+// standalone GET stream.
+const getStreamWait = 5 * time.Second
+
 func dialLegacyHTTP(ctx context.Context, opts Options, ev Evidence) (Conn, error) {
 	trClient := sessionCloseClient(opts.HTTPClient, opts.KeepSessionOnClose, opts.Token)
 	trOpts := []transport.StreamableHTTPCOption{
@@ -369,14 +373,26 @@ func dialLegacyHTTP(ctx context.Context, opts Options, ev Evidence) (Conn, error
 		err = c.handshake(ctx, ev)
 	}
 	if err == nil {
+		// Open the standalone GET stream before the first request, and wait
+		// until the server accepts or refuses it: a server request sent right
+		// after the first call must find it open.
+		c.wg.Add(1)
+		go c.listen()
+		select {
+		case <-c.getSettled:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(getStreamWait):
+			c.opts.Logger.Info("mcpclient: GET event stream not answered yet, going on", "server", opts.URL)
+		}
+	}
+	if err == nil {
 		_, err = c.RefreshTools(ctx)
 	}
 	if err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("mcpclient: %w", err)
 	}
-	c.wg.Add(1)
-	go c.listen()
 	return c, nil
 }
 

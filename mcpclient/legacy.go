@@ -52,11 +52,21 @@ type legacyConn struct {
 	cancel context.CancelFunc
 	closed atomic.Bool
 	wg     sync.WaitGroup
+
+	// getSettled is closed once the first standalone GET stream was
+	// accepted or refused (HTTP only); Dial waits for it.
+	getSettled chan struct{}
+	settleOnce sync.Once
+}
+
+// settleGet marks the first GET stream attempt as answered.
+func (c *legacyConn) settleGet() {
+	c.settleOnce.Do(func() { close(c.getSettled) })
 }
 
 // newLegacy wires handlers on an unstarted-or-started transport.
 func newLegacy(opts Options, tr transport.Interface, isHTTP bool, life context.Context, cancel context.CancelFunc) *legacyConn {
-	c := &legacyConn{opts: opts, tr: tr, isHTTP: isHTTP, life: life, cancel: cancel}
+	c := &legacyConn{opts: opts, tr: tr, isHTTP: isHTTP, life: life, cancel: cancel, getSettled: make(chan struct{})}
 	if isHTTP {
 		c.rpc = &httpRPC{url: opts.URL, client: opts.HTTPClient, token: opts.Token, lim: opts.Limits}
 	}
@@ -646,6 +656,7 @@ func (c *legacyConn) serve(ctx context.Context, method string, params json.RawMe
 // on Close.
 func (c *legacyConn) listen() {
 	defer c.wg.Done()
+	defer c.settleGet()
 	failures := 0
 	for c.life.Err() == nil {
 		opened, stop := c.listenOnce()
@@ -675,6 +686,7 @@ func (c *legacyConn) listenOnce() (opened, stop bool) {
 	c.sessionHeaders(req.Header)
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := c.opts.HTTPClient.Do(req)
+	c.settleGet() // the server took or refused the stream (or is unreachable)
 	if err != nil {
 		return false, c.life.Err() != nil
 	}
