@@ -350,6 +350,7 @@ func dialLegacyHTTP(ctx context.Context, opts Options, ev Evidence) (Conn, error
 	trOpts := []transport.StreamableHTTPCOption{
 		transport.WithHTTPBasicClient(trClient),
 		transport.WithHTTPLogger(opts.Logger),
+		transport.WithHTTPHeaderFunc(ctxParamHeaderMap),
 	}
 	if opts.Token != "" {
 		trOpts = append(trOpts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + opts.Token}))

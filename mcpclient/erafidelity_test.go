@@ -33,10 +33,12 @@ const (
 )
 
 type eraFake struct {
-	mode      string
-	mu        sync.Mutex
-	discovers int
-	methods   []string
+	mode        string
+	mu          sync.Mutex
+	discovers   int
+	methods     []string
+	callHeaders http.Header // of the last tools/call (HTTP)
+	callMeta    map[string]json.RawMessage
 }
 
 // answer returns the JSON-RPC answer key ("result" or "error") and value.
@@ -72,7 +74,26 @@ func (f *eraFake) answer(method string) (string, any) {
 		}
 		return "result", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "f", "version": "1"}}
 	case "tools/list":
-		return "result", map[string]any{"resultType": "complete", "tools": []any{map[string]any{"name": "echo", "inputSchema": map[string]any{"type": "object"}}}}
+		prop := func(typ, header string) map[string]any {
+			p := map[string]any{"type": typ}
+			if header != "" {
+				p["x-mcp-header"] = header
+			}
+			return p
+		}
+		tool := func(name string, props map[string]any) map[string]any {
+			return map[string]any{"name": name, "inputSchema": map[string]any{"type": "object", "properties": props}}
+		}
+		return "result", map[string]any{"resultType": "complete", "tools": []any{
+			tool("echo", map[string]any{}),
+			tool("headers", map[string]any{"region": prop("string", "Region"), "priority": prop("integer", "Priority"),
+				"verbose": prop("boolean", "Verbose"), "greeting": prop("string", "NonAscii"), "padded": prop("string", "Pad"),
+				"unset": prop("string", "Unset"), "query": prop("string", "")}),
+			tool("bad_number", map[string]any{"score": prop("number", "Score")}),
+			tool("bad_duplicate", map[string]any{"a": prop("string", "Region"), "b": prop("string", "region")}),
+			tool("bad_name", map[string]any{"a": prop("string", "My Region")}),
+			tool("bad_empty", map[string]any{"a": map[string]any{"type": "string", "x-mcp-header": ""}}),
+		}}
 	case "tools/call":
 		return "result", map[string]any{"resultType": "complete", "content": []any{map[string]any{"type": "text", "text": "echo ok"}}}
 	}
@@ -95,10 +116,18 @@ func (f *eraFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
+		Params struct {
+			Meta map[string]json.RawMessage `json:"_meta"`
+		} `json:"params"`
 	}
 	if json.Unmarshal(b, &m) != nil || m.Method == "" || len(m.ID) == 0 {
 		w.WriteHeader(http.StatusAccepted)
 		return
+	}
+	if m.Method == "tools/call" {
+		f.mu.Lock()
+		f.callHeaders, f.callMeta = r.Header.Clone(), m.Params.Meta
+		f.mu.Unlock()
 	}
 	key, v := f.answer(m.Method)
 	status := http.StatusOK
@@ -156,10 +185,16 @@ func serveEraFakeIfAsked() {
 // dial error.
 func dialEraFake(t *testing.T, via, mode string, era mcpclient.EraChoice) (mcpclient.Conn, func() []string, error) {
 	t.Helper()
+	conn, methods, _, err := dialEraFakeServer(t, via, mode, era)
+	return conn, methods, err
+}
+
+func dialEraFakeServer(t *testing.T, via, mode string, era mcpclient.EraChoice) (mcpclient.Conn, func() []string, *eraFake, error) {
+	t.Helper()
 	opts := mcpclient.Options{Era: era}
 	var methods func() []string
+	f := &eraFake{mode: mode}
 	if via == "http" {
-		f := &eraFake{mode: mode}
 		srv := httptest.NewServer(f)
 		t.Cleanup(srv.Close)
 		opts.URL = srv.URL
@@ -177,7 +212,74 @@ func dialEraFake(t *testing.T, via, mode string, era mcpclient.EraChoice) (mcpcl
 	if err == nil {
 		t.Cleanup(func() { _ = conn.Close() })
 	}
-	return conn, methods, err
+	return conn, methods, f, err
+}
+
+// TestCustomParamHeaders: x-mcp-header arguments are mirrored into
+// Mcp-Param-* headers (Base64 where the value is not plain printable ASCII),
+// and tools with an invalid x-mcp-header are dropped with the reason
+// recorded, in both eras over HTTP.
+func TestCustomParamHeaders(t *testing.T) {
+	t.Parallel()
+	for mode, want := range map[string]mcpclient.Era{"retry": mcpclient.EraExtension, "legacyonly": mcpclient.EraLegacy} {
+		t.Run(string(want), func(t *testing.T) {
+			t.Parallel()
+			conn, _, f, err := dialEraFakeServer(t, "http", mode, mcpclient.EraAuto)
+			if err != nil {
+				t.Fatalf("dial: %v", err)
+			}
+			if conn.Info().Era != want {
+				t.Fatalf("era %s", conn.Info().Era)
+			}
+			var names []string
+			for _, tl := range conn.Tools() {
+				names = append(names, tl.Name)
+			}
+			if !slices.Equal(names, []string{"echo", "headers"}) {
+				t.Errorf("tools %v, want the invalid ones dropped", names)
+			}
+			d, isDropper := conn.(mcpclient.ToolDropper)
+			if !isDropper {
+				t.Fatal("the connection does not report dropped tools")
+			}
+			reasons := map[string]string{}
+			for _, x := range d.DroppedTools() {
+				reasons[x.Name] = x.Reason
+			}
+			for name, frag := range map[string]string{"bad_number": "number", "bad_duplicate": "names both", "bad_name": "not a valid header name", "bad_empty": "empty"} {
+				if !strings.Contains(reasons[name], frag) {
+					t.Errorf("dropped %s: reason %q, want it to mention %q", name, reasons[name], frag)
+				}
+			}
+			args := map[string]any{"region": "us-west1", "priority": 42, "verbose": false, "greeting": "Hello, 世界",
+				"padded": " padded ", "unset": nil, "query": "SELECT 1"}
+			if _, err := conn.CallTool(ctxT(t, 10*time.Second), "headers", args, mcpclient.CallOptions{}); err != nil {
+				t.Fatalf("call: %v", err)
+			}
+			f.mu.Lock()
+			h, meta := f.callHeaders, f.callMeta
+			f.mu.Unlock()
+			if want == mcpclient.EraExtension {
+				var info struct{ Name, Version string }
+				if err := json.Unmarshal(meta["io.modelcontextprotocol/clientInfo"], &info); err != nil || info.Name == "" || info.Version == "" {
+					t.Errorf("_meta clientInfo %s (%v), want name and version", meta["io.modelcontextprotocol/clientInfo"], err)
+				}
+			}
+			for name, v := range map[string]string{
+				"Mcp-Param-Region": "us-west1", "Mcp-Param-Priority": "42", "Mcp-Param-Verbose": "false",
+				"Mcp-Param-Nonascii": "=?base64?SGVsbG8sIOS4lueVjA==?=", "Mcp-Param-Pad": "=?base64?IHBhZGRlZCA=?=",
+			} {
+				if got := h.Get(name); got != v {
+					t.Errorf("%s = %q, want %q", name, got, v)
+				}
+			}
+			for _, absent := range []string{"Mcp-Param-Unset", "Mcp-Param-Query"} {
+				if _, has := h[absent]; has {
+					t.Errorf("%s sent for a null or unmarked argument", absent)
+				}
+			}
+		})
+	}
 }
 
 // TestEraRefusalNamingOnly2026IsRetried: a -32022 whose supported list

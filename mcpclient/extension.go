@@ -25,6 +25,7 @@ import (
 const (
 	metaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
 	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	metaClientInfo         = "io.modelcontextprotocol/clientInfo"
 	headerMcpMethod        = "Mcp-Method"
 	headerMcpName          = "Mcp-Name"
 )
@@ -55,6 +56,9 @@ func (w *extHTTPWire) roundTrip(ctx context.Context, method, name string, params
 		hdr.Set(headerMcpName, name)
 	}
 	hdr.Set(headerProtoVersion, string(EraExtension))
+	for k, v := range ctxParamHeaders(ctx) {
+		hdr[k] = v
+	}
 	rep, err := w.h.post(ctx, id, body, hdr, w.onNotify)
 	if err != nil {
 		if rep.status == http.StatusNotFound && (method == "tasks/result" || method == "tasks/list") {
@@ -128,6 +132,20 @@ type extConn struct {
 
 	toolsMu sync.RWMutex
 	tools   []Tool
+	dropped []DroppedTool
+}
+
+func (c *extConn) tool(name string) (Tool, bool) {
+	c.toolsMu.RLock()
+	defer c.toolsMu.RUnlock()
+	return findTool(c.tools, name)
+}
+
+// DroppedTools lists the tools left out of Tools, and why.
+func (c *extConn) DroppedTools() []DroppedTool {
+	c.toolsMu.RLock()
+	defer c.toolsMu.RUnlock()
+	return append([]DroppedTool(nil), c.dropped...)
 }
 
 // meta builds the per-request _meta. declare adds the tasks extension to the
@@ -140,7 +158,8 @@ func (c *extConn) meta(declare bool, extra map[string]any) map[string]any {
 	if declare {
 		caps["extensions"] = map[string]any{ExtensionName: map[string]any{}}
 	}
-	return mergeMeta(extra, map[string]any{metaProtocolVersion: string(EraExtension), metaClientCapabilities: caps})
+	return mergeMeta(extra, map[string]any{metaProtocolVersion: string(EraExtension), metaClientCapabilities: caps,
+		metaClientInfo: map[string]any{"name": c.opts.ClientName, "version": c.opts.ClientVersion}})
 }
 
 func (c *extConn) send(ctx context.Context, method, name string, params map[string]any) (json.RawMessage, error) {
@@ -166,8 +185,10 @@ func (c *extConn) RefreshTools(ctx context.Context) ([]Tool, error) {
 	if err != nil {
 		return nil, err
 	}
+	tools, dropped := dropInvalidTools(tools)
+	logDropped(c.opts, dropped)
 	c.toolsMu.Lock()
-	c.tools = tools
+	c.tools, c.dropped = tools, dropped
 	c.toolsMu.Unlock()
 	return append([]Tool(nil), tools...), nil
 }
@@ -181,6 +202,9 @@ func (c *extConn) callRounds(ctx context.Context, name string, args any, opts Ca
 		rounds = 8
 	}
 	params := map[string]any{"name": name, "arguments": argsOrEmpty(args), "_meta": c.meta(declare, callMeta(opts))}
+	if t, ok := c.tool(name); ok {
+		ctx = withParamHeaders(ctx, paramHeaders(t, args))
+	}
 	for round := 0; ; round++ {
 		raw, err := c.send(ctx, "tools/call", name, params)
 		if err != nil {

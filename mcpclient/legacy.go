@@ -47,6 +47,7 @@ type legacyConn struct {
 
 	toolsMu sync.RWMutex
 	tools   []Tool
+	dropped []DroppedTool
 
 	life   context.Context
 	cancel context.CancelFunc
@@ -290,10 +291,19 @@ func (c *legacyConn) RefreshTools(ctx context.Context) ([]Tool, error) {
 	if err != nil {
 		return nil, err
 	}
+	tools, dropped := dropInvalidTools(tools)
+	logDropped(c.opts, dropped)
 	c.toolsMu.Lock()
-	c.tools = tools
+	c.tools, c.dropped = tools, dropped
 	c.toolsMu.Unlock()
 	return append([]Tool(nil), tools...), nil
+}
+
+// DroppedTools lists the tools left out of Tools, and why.
+func (c *legacyConn) DroppedTools() []DroppedTool {
+	c.toolsMu.RLock()
+	defer c.toolsMu.RUnlock()
+	return append([]DroppedTool(nil), c.dropped...)
 }
 
 // listAllTools pages through tools/list, refusing a cursor that repeats.
@@ -343,6 +353,9 @@ func (c *legacyConn) CallTool(ctx context.Context, name string, args any, opts C
 	if meta := callMeta(opts); meta != nil {
 		params["_meta"] = meta
 	}
+	if t, ok := c.tool(name); ok {
+		ctx = withParamHeaders(ctx, paramHeaders(t, args))
+	}
 	raw, err := c.call(ctx, "tools/call", params)
 	if err != nil {
 		return nil, fmt.Errorf("call %s: %w", name, err)
@@ -384,6 +397,7 @@ func (c *legacyConn) CreateTask(ctx context.Context, name string, args any, opts
 	if meta := callMeta(opts.CallOptions); meta != nil {
 		params["_meta"] = meta
 	}
+	ctx = withParamHeaders(ctx, paramHeaders(t, args))
 	raw, err := c.call(ctx, "tools/call", params)
 	if err != nil {
 		return Task{}, createFailure(name, err)
