@@ -185,6 +185,10 @@ type Operation struct {
 	Job             *JobRun         `json:"job,omitempty"`
 	arguments       json.RawMessage // kept for the call, never served
 	requestHash     string
+
+	// NeedsPerson is true when the operation has an open question, reconciliation item or
+	// handoff (NeedsPersonSQL).
+	NeedsPerson bool `json:"needs_person"`
 }
 
 // Mismatch reports a disagreement between task state and domain outcome worth an alert: the
@@ -193,13 +197,7 @@ func (o Operation) Mismatch() bool {
 	if o.Task == nil {
 		return false
 	}
-	switch o.Task.State {
-	case StateFailed, StateCancelled:
-		return o.DomainOutcome == OutcomeApplied
-	case StateCompleted:
-		return o.DomainOutcome == OutcomeNotApplied
-	}
-	return false
+	return Mismatch(o.Task.State, o.Task.ToolError, o.DomainOutcome)
 }
 
 // Task is an operation's task as last observed.
@@ -394,4 +392,6 @@ type Page struct {
 	Operations []Operation `json:"operations"`
 	// Next is the cursor of the next page, "" on the last page.
 	Next string `json:"next,omitempty"`
+	// Total is the number of operations the filter selects over all pages.
+	Total int `json:"total"`
 }

@@ -45,8 +45,7 @@ type MatrixCell struct {
 
 // Mismatch reports a cell whose task state and domain outcome disagree (see Operation.Mismatch).
 func (c MatrixCell) Mismatch() bool {
-	o := Operation{DomainOutcome: c.Outcome, Task: &Task{State: c.TaskState}}
-	return c.TaskState != "" && o.Mismatch()
+	return c.TaskState != "" && Mismatch(c.TaskState, c.ToolError, c.Outcome)
 }
 
 // RecentViolation is a transition violation with the operation it belongs to.

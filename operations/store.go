@@ -211,7 +211,7 @@ const opColumns = `o.id, o.tenant, o.workflow, o.idempotency_key, o.request_sha2
 	coalesce(t.result_state, ''), t.cancel_requested_at, coalesce(t.cancel_requested_by, ''), t.cancel_acknowledged_at, t.terminal_at,
 	coalesce(t.session_id, ''), t.capabilities, coalesce(t.server_name, ''), coalesce(t.server_version, ''),
 	j.operation_id IS NOT NULL, coalesce(j.job_id, ''), coalesce(j.status, ''), coalesce(j.receipt_id, ''), coalesce(j.error, ''),
-	coalesce(j.polls, 0), coalesce(j.base_url, '')`
+	coalesce(j.polls, 0), coalesce(j.base_url, ''), ` + NeedsPersonSQL
 
 const opFrom = ` FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id LEFT JOIN job_runs j ON j.operation_id = o.id`
 
@@ -228,7 +228,7 @@ func scanOperation(row pgx.Row) (Operation, error) {
 		&reqTTL, &ttl, &poll, &t.Deadline, &t.NextPollAt, &t.Polls, &t.FailureKind,
 		&t.ResultState, &t.CancelRequested, &t.CancelBy, &t.CancelAcked, &t.TerminalAt,
 		&t.sessionID, &t.capabilities, &t.serverName, &t.serverVersion,
-		&hasJob, &j.JobID, &j.Status, &j.ReceiptID, &j.Error, &j.Polls, &j.baseURL); err != nil {
+		&hasJob, &j.JobID, &j.Status, &j.ReceiptID, &j.Error, &j.Polls, &j.baseURL, &o.NeedsPerson); err != nil {
 		return o, err
 	}
 	dur := func(p *int64) *time.Duration {
@@ -368,35 +368,10 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 	if f.Limit > 500 {
 		f.Limit = 500
 	}
-	var where []string
-	var args []any
+	where, args := filterWhere(scope, f)
 	arg := func(v any) string {
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
-	}
-	if !scope.All {
-		where = append(where, "o.tenant = ANY("+arg(scope.Tenants)+")")
-	}
-	if f.Tenant != "" {
-		where = append(where, "o.tenant = "+arg(f.Tenant))
-	}
-	if f.Workflow != "" {
-		where = append(where, "o.workflow = "+arg(f.Workflow))
-	}
-	if f.Route != "" {
-		where = append(where, "o.route = "+arg(string(f.Route)))
-	}
-	if f.TaskState != "" {
-		where = append(where, "t.state = "+arg(string(f.TaskState)))
-	}
-	if f.DomainOutcome != "" {
-		where = append(where, "o.domain_outcome = "+arg(string(f.DomainOutcome)))
-	}
-	if f.Mismatch {
-		where = append(where, "((t.state IN ('failed','cancelled') AND o.domain_outcome = 'applied') OR (t.state = 'completed' AND o.domain_outcome = 'not_applied'))")
-	}
-	if f.Attention {
-		where = append(where, "o.attention IS NOT NULL")
 	}
 	if f.After != "" {
 		at, id, err := decodeCursor(f.After)
@@ -419,6 +394,9 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 		return Page{}, fmt.Errorf("list operations: %w", err)
 	}
 	p := Page{Operations: ops}
+	if p.Total, err = s.Count(ctx, scope, f); err != nil {
+		return Page{}, err
+	}
 	if p.Operations == nil {
 		p.Operations = []Operation{}
 	}

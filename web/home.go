@@ -27,25 +27,47 @@ func (s *Server) handleHome(w http.ResponseWriter, r *http.Request) {
 		s.serverError(w, r, err)
 		return
 	}
+	// Every tile counts with the filter of the list it links to: the same query, its real total.
 	att, err := ops.List(r.Context(), scope, operations.Filter{Attention: true, Limit: 10})
 	if err != nil {
 		s.serverError(w, r, err)
 		return
 	}
-	in, err := ops.List(r.Context(), scope, operations.Filter{TaskState: operations.StateInputRequired, Limit: 10})
+	working, err := ops.List(r.Context(), scope, operations.Filter{TaskState: operations.StateWorking, Limit: 1})
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	mism, err := ops.List(r.Context(), scope, operations.Filter{Mismatch: true, Limit: 1})
 	if err != nil {
 		s.serverError(w, r, err)
 		return
 	}
 	now := s.deps.Now()
 	seen := map[string]bool{}
-	for _, op := range append(in.Operations, att.Operations...) {
-		if !seen[op.ID] {
+	// Questions first, answerable from the inbox; then the rest of what needs a person.
+	if ib, ok := ops.(InboxAPI); ok {
+		qs, err := ib.OpenQuestions(r.Context(), scope, 10)
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		v.Questions = qs.Total
+		for _, q := range qs.Questions {
+			if !seen[q.Operation.ID] {
+				seen[q.Operation.ID] = true
+				v.Person = append(v.Person, s.opRow(q.Operation, now))
+			}
+		}
+	}
+	for _, op := range att.Operations {
+		if !seen[op.ID] && len(v.Person) < 10 {
 			seen[op.ID] = true
 			v.Person = append(v.Person, s.opRow(op, now))
 		}
 	}
 	v.fill(s, r, ov)
+	v.NeedPerson, v.Working, v.Mismatches = att.Total, working.Total, mism.Total
 	s.render(w, r, http.StatusOK, homePage(v))
 }
 

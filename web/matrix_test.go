@@ -39,6 +39,7 @@ var routeAccess = map[string]string{
 	"GET /servers/{name}/manifests": "viewer",
 	"GET /workflows":                "viewer",
 
+	"GET /inbox":                   "viewer",
 	"GET /operations":              "viewer",
 	"GET /operations/export":       "viewer",
 	"GET /operations/{id}":         "viewer",

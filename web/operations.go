@@ -28,6 +28,8 @@ type OperationsView struct {
 	Self, Next string
 	// First is true on the first page (only the first page refreshes live).
 	First bool
+	// Shown is the number of rows on this page; Total the number the filter selects in all.
+	Shown, Total int
 	// Groups are the page's rows by attention group, attention first.
 	Groups []OpGroup
 	// Options for the filters.
@@ -140,6 +142,7 @@ func (s *Server) handleOperations(w http.ResponseWriter, r *http.Request) {
 	for i, n := range groupNames {
 		groups[i] = OpGroup{Name: n, Key: []string{"person", "running", "trouble", "done"}[i]}
 	}
+	v.Shown, v.Total = len(page.Operations), page.Total
 	for _, op := range page.Operations {
 		g := attentionGroup(op)
 		groups[g].Rows = append(groups[g].Rows, s.opRow(op, now))
@@ -332,6 +335,10 @@ func (s *Server) handleAnswerInputForm(w http.ResponseWriter, r *http.Request) {
 		s.actionFailed(w, r, d.ID, err)
 		return
 	}
+	if r.PostFormValue("back") == "inbox" {
+		http.Redirect(w, r, "/inbox?done=input-sent", http.StatusSeeOther)
+		return
+	}
 	http.Redirect(w, r, "/operations/"+d.ID+"?done=input-sent", http.StatusSeeOther)
 }
 
@@ -341,15 +348,17 @@ func inputContent(in operations.PendingInput, r *http.Request) (map[string]any, 
 	for _, f := range in.Fields {
 		raw := strings.TrimSpace(r.PostFormValue("field." + f.Name))
 		if raw == "" {
-			if f.Required && f.Type != "boolean" {
+			// Nothing is chosen for the person, a yes/no included: an empty answer is no answer.
+			if f.Required {
 				return nil, "The server requires " + f.Name + "."
 			}
-			if f.Type != "boolean" {
-				continue
-			}
+			continue
 		}
 		switch f.Type {
 		case "boolean":
+			if raw != "true" && raw != "false" {
+				return nil, f.Name + " must be yes or no."
+			}
 			out[f.Name] = raw == "true"
 		case "integer":
 			n, err := strconv.ParseInt(raw, 10, 64)

@@ -31,7 +31,7 @@ var groupNames = [...]string{"Needs a person", "Running", "Failed, cancelled or 
 func attentionGroup(op operations.Operation) int {
 	st := taskState(op)
 	switch {
-	case op.Attention != "" || st == operations.StateInputRequired:
+	case op.NeedsPerson || st == operations.StateInputRequired:
 		return groupPerson
 	case st == operations.StateCreating || st == operations.StateWorking:
 		return groupRunning

@@ -23,6 +23,8 @@ type HomeView struct {
 	Unavailable bool
 	// Totals for the tiles.
 	NeedPerson, InFlight, OpenRecon, Mismatches, Violations int
+	// Working counts tasks working now; Questions counts open questions.
+	Working, Questions int
 	// Person lists operations waiting for a person (input required first).
 	Person []OpRow
 	// Workflows are the per-workflow rows: stage, kill switch, in flight.
@@ -98,7 +100,6 @@ func (v *HomeView) fill(s *Server, r *http.Request, ov operations.Overview) {
 	for _, n := range ov.OpenReconciliation {
 		v.OpenRecon += n
 	}
-	v.NeedPerson = len(v.Person)
 	v.Violations = ov.ViolationsInWindow
 	v.RecentViolations = ov.Violations
 	for _, name := range names {

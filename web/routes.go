@@ -45,6 +45,7 @@ func (s *Server) routes() http.Handler {
 		r.Get("/servers", s.handleServers)
 		r.Get("/servers/{name}/manifests", s.handleManifests)
 		r.Get("/workflows", s.handleWorkflows)
+		r.Get("/inbox", s.handleInbox)
 		r.Get("/operations", s.handleOperations)
 		r.Get("/operations/export", s.handleExportOperations)
 		r.Get("/operations/{id}", s.handleOperation)
