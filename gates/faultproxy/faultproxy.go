@@ -103,6 +103,8 @@ type Message struct {
 	// TaskID and Status are the task the message names and the status it reports.
 	TaskID string `json:"task_id,omitempty"`
 	Status string `json:"status,omitempty"`
+	// RelatedTask is the task id of a result's related-task _meta, when it carries one.
+	RelatedTask string `json:"related_task,omitempty"`
 	// ErrorCode is the JSON-RPC error code of an error answer.
 	ErrorCode int `json:"error_code,omitempty"`
 	// HTTPStatus is the HTTP status of an answer.
@@ -543,6 +545,16 @@ func (p *Proxy) onMessage(raw []byte, dir, era, method string, code int) []byte 
 	}
 	id, status, created := taskOf(method, m.Result)
 	msg.TaskID, msg.Status = id, status
+	var rel struct {
+		Meta map[string]struct {
+			TaskID string `json:"taskId"`
+		} `json:"_meta"`
+	}
+	if len(m.Result) > 0 && json.Unmarshal(m.Result, &rel) == nil {
+		if rt, ok := rel.Meta["io.modelcontextprotocol/related-task"]; ok {
+			msg.RelatedTask = rt.TaskID
+		}
+	}
 	switch {
 	case created && p.take(CutBeforeCreateResult, "") != nil:
 		msg.Fault = CutBeforeCreateResult

@@ -1,0 +1,162 @@
+package gates_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskgate/taskgate/gates"
+	"github.com/taskgate/taskgate/internal/mcptest"
+	"github.com/taskgate/taskgate/receiver"
+)
+
+// startReceiver serves the reference receiver of one era on 127.0.0.1 with two identities.
+func startReceiver(t testing.TB, eras receiver.Eras) (*receiver.Receiver, string) {
+	t.Helper()
+	rcv := receiver.New(receiver.Config{Eras: eras, DefaultPollInterval: 30 * time.Millisecond, MaxTTL: time.Minute,
+		Tokens: map[string]receiver.Identity{"tok-acme": {Tenant: "acme", Actor: "gate"}, "tok-globex": {Tenant: "globex", Actor: "gate2"}}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: rcv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); rcv.Close() })
+	return rcv, "http://" + ln.Addr().String() + "/mcp"
+}
+
+// referenceTarget is the gate target of the reference receiver, as a policy would describe it.
+func referenceTarget(rcv *receiver.Receiver, url string) gates.Target {
+	return gates.Target{Name: "rcv", URL: url, Token: "tok-acme", SecondToken: "tok-globex", Effectful: true, GateTarget: true,
+		IdempotencyArgument: "idempotency_key",
+		Quick:               &gates.ToolCase{Tool: "work_optional", Arguments: map[string]any{"duration_ms": 30}},
+		Slow:                &gates.ToolCase{Tool: "work_required", Arguments: map[string]any{"duration_ms": 1500}},
+		Input:               &gates.ToolCase{Tool: "work_required", Arguments: map[string]any{"outcome": "input"}},
+		Fail:                &gates.ToolCase{Tool: "work_required", Arguments: map[string]any{"outcome": "tool_error"}},
+		Verify: func(ctx context.Context, key string) (int, error) {
+			if r, ok := rcv.Records().Get(key); ok && r.Status == receiver.RecordApplied {
+				return 1, nil
+			}
+			return 0, nil
+		}}
+}
+
+func summary(r *gates.Run) string {
+	var sb strings.Builder
+	for _, c := range r.Cases {
+		sb.WriteString(string(c.Suite) + "/" + c.Name + ": " + string(c.Verdict) + " — " + c.Reason + "\n")
+	}
+	return sb.String()
+}
+
+func TestEverySuitePassesAgainstTheReferenceReceiver(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		eras receiver.Eras
+	}{{"legacy", receiver.ErasLegacy}, {"extension", receiver.ErasExtension}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rcv, url := startReceiver(t, tc.eras)
+			run := (&gates.Runner{Build: "test", CaseTimeout: 20 * time.Second}).Run(context.Background(), referenceTarget(rcv, url), nil)
+			t.Log("\n" + summary(run))
+			if run.Verdict != gates.Pass || len(run.HardFailures) > 0 {
+				t.Fatalf("run %s (hard %v, error %q)", run.Verdict, run.HardFailures, run.Error)
+			}
+			suites := map[gates.Suite]int{}
+			for _, c := range run.Cases {
+				if c.Verdict == gates.Pass {
+					suites[c.Suite]++
+				}
+				if c.Verdict == gates.Pass && len(c.Evidence.Messages) == 0 && (c.Suite == gates.SuiteFault || c.Suite == gates.SuiteSecurity) {
+					t.Errorf("%s/%s passed without any message as evidence", c.Suite, c.Name)
+				}
+			}
+			for _, s := range gates.Suites {
+				if suites[s] == 0 {
+					t.Errorf("suite %s has no passing case", s)
+				}
+			}
+			if c := rcv.Counters(); c.InvalidTransitions != 0 || c.Effects == 0 {
+				t.Fatalf("receiver counters %+v", c)
+			}
+			if run.DeviationFingerprint == "" || run.Deviations[gates.DevToolErrorStatus].Deviates {
+				t.Fatalf("deviations %+v", run.Deviations)
+			}
+		})
+	}
+}
+
+func TestAnEffectfulToolIsNotRunAgainstAServerThatIsNotAGateTarget(t *testing.T) {
+	t.Parallel()
+	rcv, url := startReceiver(t, receiver.ErasLegacy)
+	tg := referenceTarget(rcv, url)
+	tg.GateTarget = false
+	run := (&gates.Runner{Build: "test"}).Run(context.Background(), tg, []gates.Suite{gates.SuiteContract, gates.SuiteFault})
+	if n := rcv.Counters().ToolCalls; len(n) != 0 {
+		t.Fatalf("tools were called: %v", n)
+	}
+	for _, c := range run.Cases {
+		if c.Verdict == gates.Inconclusive && strings.Contains(c.Reason, "not marked as a gate target") {
+			return
+		}
+	}
+	t.Fatalf("no case said why it did not run:\n%s", summary(run))
+}
+
+func TestServerEverythingReportsItsDeviations(t *testing.T) {
+	t.Parallel()
+	url := mcptest.StartEverything(t)
+	run := (&gates.Runner{Build: "test", CaseTimeout: 20 * time.Second}).Run(context.Background(),
+		gates.Target{Name: "everything", URL: url, GateTarget: true}, nil)
+	t.Log("\n" + summary(run))
+	for _, n := range run.Deviations.Names() {
+		t.Logf("deviation %s: %+v", n, run.Deviations[n])
+	}
+	if run.Error != "" || run.Era != "2025-11-25" {
+		t.Fatalf("run error %q era %s", run.Error, run.Era)
+	}
+	decided := 0
+	for _, c := range run.Cases {
+		if c.Verdict != gates.Inconclusive {
+			decided++
+		}
+	}
+	if decided < 5 {
+		t.Fatalf("only %d cases decided:\n%s", decided, summary(run))
+	}
+	// server-everything 2026.8.31 answers an unknown session 400 and replaces a requested ttl.
+	wantDeviation(t, run, gates.DevUnknownSession, "400")
+	wantDeviation(t, run, gates.DevRequestedTTL, "replaced by a longer ttl")
+	if run.Verdict != gates.Fail {
+		t.Fatalf("verdict %s: the unknown-session answer breaks a rule and must fail the run", run.Verdict)
+	}
+}
+
+func wantDeviation(t *testing.T, run *gates.Run, name, observed string) {
+	t.Helper()
+	if d := run.Deviations[name]; d.Observed != observed {
+		t.Errorf("deviation %s = %+v, want %q", name, d, observed)
+	}
+}
+
+func TestMCPGoReportsItsDeviations(t *testing.T) {
+	t.Parallel()
+	url := mcptest.StartMCPGo(t, true)
+	run := (&gates.Runner{Build: "test", CaseTimeout: 10 * time.Second}).Run(context.Background(),
+		gates.Target{Name: "mcpgo", URL: url, GateTarget: true}, nil)
+	t.Log("\n" + summary(run))
+	for _, n := range run.Deviations.Names() {
+		t.Logf("deviation %s: %+v", n, run.Deviations[n])
+	}
+	if run.Error != "" || run.Era != "2025-11-25" {
+		t.Fatalf("run error %q era %s", run.Error, run.Era)
+	}
+	// mcp-go v1.2.1 suggests no pollInterval and binds task ids to the MCP session.
+	wantDeviation(t, run, gates.DevPollInterval, "absent")
+	wantDeviation(t, run, gates.DevSessionBound, "bound to the session")
+	wantDeviation(t, run, gates.DevUnknownSession, "404")
+}
