@@ -168,10 +168,16 @@ func runSuite(t *testing.T, timeout time.Duration, suite string, args ...string)
 			t.Fatalf("refusing --spec-version: it silently skips [extension] scenarios")
 		}
 	}
+	return runSuiteCmd(t, timeout, "server", suite, args...)
+}
+
+// runSuiteCmd runs the suite's server or client command.
+func runSuiteCmd(t *testing.T, timeout time.Duration, mode, suite string, args ...string) (runResult, string) {
+	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, nodeBin, append([]string{suite, "server"}, append(args, "-o", dir)...)...)
+	cmd := exec.CommandContext(ctx, nodeBin, append([]string{suite, mode}, append(args, "-o", dir)...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
@@ -191,6 +197,7 @@ func runSuite(t *testing.T, timeout time.Duration, suite string, args ...string)
 		if !e.IsDir() || m == nil {
 			continue
 		}
+
 		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "checks.json"))
 		if err != nil {
 			t.Errorf("scenario %s wrote no checks.json: %v", m[1], err)
@@ -210,7 +217,7 @@ func runSuite(t *testing.T, timeout time.Duration, suite string, args ...string)
 }
 
 // scenarioDir matches the suite's per-scenario output directory name.
-var scenarioDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d\d-\d\dT[0-9-]+Z$`)
+var scenarioDir = regexp.MustCompile(`^(?:server-|client-)?(.+)-\d{4}-\d\d-\d\dT[0-9-]+Z$`)
 
 // failures lists "scenario check" of every failing check, and the messages.
 func (r runResult) failures() (map[string]string, []string) {
@@ -314,7 +321,7 @@ func TestOutsideSuites(t *testing.T) {
 	baseline := loadBaseline(t)
 	for k := range baseline {
 		switch strings.Fields(k)[0] {
-		case "extension-0.2.0-alpha.12", "legacy-0.2.0-alpha.12", "legacy-0.1.16":
+		case "extension-0.2.0-alpha.12", "legacy-0.2.0-alpha.12", "legacy-0.1.16", "client-0.2.0-alpha.12":
 		default:
 			t.Fatalf("baseline names an unknown run: %s", k)
 		}

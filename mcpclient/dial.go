@@ -46,10 +46,11 @@ func (p probeAnswer) tasksEra() Era {
 	return EraLegacy
 }
 
-func discoverParams() map[string]any {
+func discoverParams(opts Options) map[string]any {
 	return map[string]any{"_meta": map[string]any{
 		metaProtocolVersion:    string(EraExtension),
 		metaClientCapabilities: map[string]any{},
+		metaClientInfo:         map[string]any{"name": opts.ClientName, "version": opts.ClientVersion},
 	}}
 }
 
@@ -132,18 +133,18 @@ func truncList(in []string) []string {
 // probeHTTP sends the modern request (server/discover) over HTTP: a result
 // or a 400 with a modern error body means modern, anything else legacy.
 // -32022 is retried once when the server supports 2026-07-28 after all.
-func probeHTTP(ctx context.Context, h *httpRPC) (probeAnswer, error) {
-	p, err := probeHTTPOnce(ctx, h)
+func probeHTTP(ctx context.Context, h *httpRPC, opts Options) (probeAnswer, error) {
+	p, err := probeHTTPOnce(ctx, h, opts)
 	if err != nil || !p.refusedButSupported() {
 		return p, err
 	}
-	p, err = probeHTTPOnce(ctx, h)
+	p, err = probeHTTPOnce(ctx, h, opts)
 	return retried(p), err
 }
 
-func probeHTTPOnce(ctx context.Context, h *httpRPC) (probeAnswer, error) {
+func probeHTTPOnce(ctx context.Context, h *httpRPC, opts Options) (probeAnswer, error) {
 	ev := Evidence{Method: "server/discover", Sent: string(EraExtension), At: time.Now().UTC()}
-	body, _ := encodeRequest("tg-discover", "server/discover", discoverParams())
+	body, _ := encodeRequest("tg-discover", "server/discover", discoverParams(opts))
 	hdr := http.Header{}
 	hdr.Set(headerMcpMethod, "server/discover")
 	hdr.Set(headerProtoVersion, string(EraExtension))
@@ -175,7 +176,7 @@ func probeHTTPOnce(ctx context.Context, h *httpRPC) (probeAnswer, error) {
 
 // probeStdio sends server/discover on a started stdio transport: a result or
 // -32022 means modern; any other error or a timeout means legacy.
-func probeStdio(ctx context.Context, tr transport.Interface, timeout time.Duration) (probeAnswer, error) {
+func probeStdio(ctx context.Context, tr transport.Interface, timeout time.Duration, opts Options) (probeAnswer, error) {
 	ev := Evidence{Method: "server/discover", Sent: string(EraExtension), At: time.Now().UTC()}
 	pctx, cancel := ctx, context.CancelFunc(func() {})
 	if timeout > 0 {
@@ -183,7 +184,7 @@ func probeStdio(ctx context.Context, tr transport.Interface, timeout time.Durati
 	}
 	defer cancel()
 	resp, err := tr.SendRequest(pctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("tg-discover"),
-		Method: "server/discover", Params: discoverParams()})
+		Method: "server/discover", Params: discoverParams(opts)})
 	if err != nil {
 		if ctx.Err() != nil {
 			return probeAnswer{}, fmt.Errorf("detect era: %w", ctx.Err())
@@ -268,7 +269,7 @@ func dialHTTP(ctx context.Context, opts Options) (Conn, error) {
 	case EraChoiceLegacy:
 		return dialLegacyHTTP(ctx, opts, Evidence{Method: "initialize", Sent: string(EraLegacy), Answer: "era forced", Era: EraLegacy, Forced: true, At: now})
 	case EraChoiceExtension:
-		p, err := probeHTTP(ctx, h)
+		p, err := probeHTTP(ctx, h, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -290,7 +291,7 @@ func dialHTTP(ctx context.Context, opts Options) (Conn, error) {
 		// The cached conclusion no longer holds: detect again.
 		opts.Detector.Forget(key)
 	}
-	p, err := probeHTTP(ctx, h)
+	p, err := probeHTTP(ctx, h, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -422,12 +423,12 @@ func dialStdio(ctx context.Context, opts Options) (Conn, error) {
 			break
 		}
 		var err error
-		p, err = probeStdio(ctx, tr, opts.DiscoverTimeout)
+		p, err = probeStdio(ctx, tr, opts.DiscoverTimeout, opts)
 		if err != nil {
 			return fail(err)
 		}
 		if p.refusedButSupported() {
-			if p, err = probeStdio(ctx, tr, opts.DiscoverTimeout); err != nil {
+			if p, err = probeStdio(ctx, tr, opts.DiscoverTimeout, opts); err != nil {
 				return fail(err)
 			}
 			p = retried(p)

@@ -95,10 +95,11 @@ func runProbe(ctx context.Context, args []string, stdout io.Writer) error {
 		ReadOnlyHint    *bool                 `json:"readOnlyHint,omitempty"`
 		DestructiveHint *bool                 `json:"destructiveHint,omitempty"`
 		IdempotentHint  *bool                 `json:"idempotentHint,omitempty"`
+		InputSchema     json.RawMessage       `json:"inputSchema,omitempty"`
 	}
 	var tools []toolOut
 	for _, t := range conn.Tools() {
-		tools = append(tools, toolOut{t.Name, t.TaskSupport, t.ReadOnlyHint, t.DestructiveHint, t.IdempotentHint})
+		tools = append(tools, toolOut{t.Name, t.TaskSupport, t.ReadOnlyHint, t.DestructiveHint, t.IdempotentHint, t.InputSchema})
 	}
 	var rawCaps map[string]json.RawMessage
 	_ = json.Unmarshal(info.RawCapabilities, &rawCaps)
@@ -109,6 +110,9 @@ func runProbe(ctx context.Context, args []string, stdout io.Writer) error {
 		"taskFlags":       info.Capabilities,
 		"evidence":        info.Evidence,
 		"tools":           tools,
+	}
+	if d, ok := conn.(mcpclient.ToolDropper); ok && len(d.DroppedTools()) > 0 {
+		out["droppedTools"] = d.DroppedTools()
 	}
 	if info.Era == mcpclient.EraLegacy {
 		out["tasks"] = rawCaps["tasks"]
@@ -184,11 +188,11 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) (err error) {
 			err = fmt.Errorf("call %s: no outcome within --timeout %s: %w", pos[1], deadline, errCallDeadline)
 		}
 	}()
-	respond := func() mcpclient.InputResponse {
+	respond := func(r mcpclient.InputRequest) mcpclient.InputResponse {
 		if answerContent == nil {
 			return mcpclient.InputResponse{Action: mcpclient.ActionDecline}
 		}
-		return mcpclient.InputResponse{Action: mcpclient.ActionAccept, Content: answerContent}
+		return mcpclient.InputResponse{Action: mcpclient.ActionAccept, Content: withSchemaDefaults(r.RawSchema, answerContent)}
 	}
 	inputs := make(chan mcpclient.InputRequest, 16)
 	opts := mcpclient.Options{Token: *token, Era: choice, OnInput: func(r mcpclient.InputRequest) {
@@ -221,8 +225,30 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	tool := pos[1]
 	callOpts := mcpclient.CallOptions{Answer: func(ctx context.Context, r mcpclient.InputRequest) (mcpclient.InputResponse, error) {
 		fmt.Fprintf(stdout, "input %s %s\n", r.Key, r.Message)
-		return respond(), nil
+		return respond(r), nil
 	}}
+	// Answer every input request as it is announced (task inputs, and
+	// elicitations a legacy server sends during a plain call).
+	var answering sync.WaitGroup
+	defer answering.Wait() // after stopAnswers: nothing prints once call returns
+	answerCtx, stopAnswers := context.WithCancel(ctx)
+	defer stopAnswers()
+	answering.Add(1)
+	go func() {
+		defer answering.Done()
+		for {
+			select {
+			case r := <-inputs:
+				fmt.Fprintf(stdout, "input %s %s\n", r.Key, r.Message)
+				if err := conn.AnswerInput(answerCtx, r.TaskID, r.Key, respond(r)); err != nil {
+					fmt.Fprintf(stdout, "input %s not answered: %v\n", r.Key, err)
+				}
+			case <-answerCtx.Done():
+				return
+			}
+		}
+	}()
+
 	if !*asTask {
 		res, err := conn.CallTool(ctx, tool, toolArgs, callOpts)
 		if err != nil {
@@ -242,27 +268,6 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	}
 	fmt.Fprintf(stdout, "task %s\n", task.ID)
 	fmt.Fprintf(stdout, "status %s\n", task.Status)
-
-	// Answer every input request as it is announced.
-	var answering sync.WaitGroup
-	defer answering.Wait() // after stopAnswers: nothing prints once call returns
-	answerCtx, stopAnswers := context.WithCancel(ctx)
-	defer stopAnswers()
-	answering.Add(1)
-	go func() {
-		defer answering.Done()
-		for {
-			select {
-			case r := <-inputs:
-				fmt.Fprintf(stdout, "input %s %s\n", r.Key, r.Message)
-				if err := conn.AnswerInput(answerCtx, r.TaskID, r.Key, respond()); err != nil {
-					fmt.Fprintf(stdout, "input %s not answered: %v\n", r.Key, err)
-				}
-			case <-answerCtx.Done():
-				return
-			}
-		}
-	}()
 
 	last := task.Status
 	var outcome *mcpclient.Outcome
@@ -319,6 +324,28 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("call %s: task %s ended %s", tool, task.ID, outcome.Describe())
 	}
 	return nil
+}
+
+// withSchemaDefaults fills the fields of an elicitation answer the operator
+// left out with the defaults the requested schema declares.
+func withSchemaDefaults(schema json.RawMessage, content map[string]any) map[string]any {
+	var s struct {
+		Properties map[string]struct {
+			Default any `json:"default"`
+		} `json:"properties"`
+	}
+	out := make(map[string]any, len(content))
+	if json.Unmarshal(schema, &s) == nil {
+		for name, p := range s.Properties {
+			if p.Default != nil {
+				out[name] = p.Default
+			}
+		}
+	}
+	for k, v := range content {
+		out[k] = v
+	}
+	return out
 }
 
 // errCallDeadline is the cause when console call runs out of --timeout.
