@@ -55,6 +55,9 @@ type Server struct {
 	Era string `yaml:"era"`
 	// ProbeEvery is how often the capability manifest is probed again (default 5m).
 	ProbeEvery Duration `yaml:"probe_every"`
+	// GateTarget marks the server as one gates may run effectful tools against (a staging
+	// server). Gates never run an effectful tool against a server without it.
+	GateTarget bool `yaml:"gate_target"`
 }
 
 // Owner is a team that owns workflows.
@@ -124,6 +127,31 @@ type Workflow struct {
 	Stage string `yaml:"stage"`
 	// CanaryPercent is the share of tenants (0-100) on the Task route in the canary stage.
 	CanaryPercent int `yaml:"canary_percent"`
+	// Gate is the workflow's gate target: the server the gate suites test and their calls.
+	// Nil: the cases that need a target are inconclusive.
+	Gate *Gate `yaml:"gate"`
+}
+
+// Gate names the server a workflow's gate suites run against and the calls they make.
+type Gate struct {
+	// Server is the server to test (normally a staging server marked gate_target).
+	Server string `yaml:"server"`
+	// Token and SecondToken are the two identities' credentials (the second for the
+	// cross-identity cases); nil = the server's token, and no second identity.
+	Token       *Secret `yaml:"token"`
+	SecondToken *Secret `yaml:"second_token"`
+	// Quick, Slow, Input and Fail are the calls of the cases: one that completes at once, one
+	// that works a few seconds, one that asks for input, one that ends with a tool error.
+	Quick *GateCall `yaml:"quick"`
+	Slow  *GateCall `yaml:"slow"`
+	Input *GateCall `yaml:"input"`
+	Fail  *GateCall `yaml:"fail"`
+}
+
+// GateCall is one gate case's tool call.
+type GateCall struct {
+	Tool      string         `yaml:"tool"`
+	Arguments map[string]any `yaml:"arguments"`
 }
 
 // Rollout stages.
@@ -474,6 +502,9 @@ func (c *Config) validate(v *validator) {
 			at(fmt.Sprintf("workflow %q is defined twice", w.Name), "name")
 		}
 		workflows[w.Name] = true
+		if w.Gate != nil && !servers[w.Gate.Server] {
+			at(fmt.Sprintf("gate server %q is not in the servers list", w.Gate.Server), "gate", "server")
+		}
 		if !servers[w.Server] {
 			at(fmt.Sprintf("server %q is not in the servers list", w.Server), "server")
 		}

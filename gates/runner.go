@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/taskgate/taskgate/gates/faultproxy"
+	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/mcpclient"
 )
 
@@ -183,6 +184,12 @@ func (r *Runner) Run(ctx context.Context, t Target, suites []Suite) *Run {
 	defer s.conn.Close()
 	s.info = s.conn.Info()
 	run.Era, run.ServerName, run.ServerVersion = string(s.info.Era), inert(s.info.Name, 120), inert(s.info.Version, 60)
+	if run.ManifestFingerprint == "" {
+		// The manifest as this session saw it, so the verdict binds to what was tested.
+		if m, err := manifests.FromInfo(run.Server, s.info, s.conn.Tools(), time.Now()); err == nil {
+			run.ManifestFingerprint, _ = m.Fingerprint()
+		}
+	}
 	c.note("era %s, protocol %s, server %s %s", s.info.Era, inert(s.info.ProtocolVersion, 40), run.ServerName, run.ServerVersion)
 	s.end(c, Pass, "handshake completed ("+string(s.info.Era)+")")
 	s.quick = s.pickQuick()

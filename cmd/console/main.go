@@ -6,6 +6,7 @@
 //	console probe     print what an MCP server offers
 //	console call      run one tool call to the end
 //	console route     print the route of a workflow for a tenant, and why
+//	console gates     run the gate suites against a server
 //	console users     manage console accounts
 //	console tokens    manage API tokens for applications
 //	console version   print the build
@@ -80,6 +81,7 @@ Commands:
   probe      print an MCP server's era, capabilities and tools as JSON
   call       run one tool call to the end, printing each status
   route      print the route a workflow's operation takes for a tenant now, and why
+  gates      run the gate suites against a server: gates run --server NAME|URL
   users      console accounts: add, list, disable, enable, reset-password
   tokens     API tokens for applications: create, list, revoke
   version    print the build
@@ -116,6 +118,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return runCall(ctx, args, stdout)
 	case "route":
 		return runRoute(ctx, args, getenv, stdout)
+	case "gates":
+		return runGates(ctx, args, getenv, stdout)
 	case "users":
 		return runUsers(ctx, args, getenv, stdout)
 	case "tokens":
