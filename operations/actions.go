@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/taskgate/taskgate/internal/safetext"
 	"github.com/taskgate/taskgate/mcpclient"
 )
 
@@ -55,6 +56,10 @@ func (s *Service) Cancel(ctx context.Context, scope Scope, id, by, reason string
 // CancelRecorded is Cancel with rec writing the audit rows: the request in the transaction
 // that records it, and the server's reply in the transaction that records the reply.
 func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reason string, rec Recorder) (Detail, error) {
+	if err := safetext.Check("reason", reason); err != nil {
+		return Detail{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	reason = safetext.CutPlain(reason, 500)
 	op, err := s.running(ctx, scope, id)
 	if err != nil {
 		return Detail{}, err
@@ -65,7 +70,7 @@ func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reaso
 	}
 	conn, err := s.cfg.Servers.TaskConn(ctx, op.Task.Server, op.Task)
 	if err != nil {
-		return Detail{}, fmt.Errorf("cancel %s: %w", id, err)
+		return Detail{}, fmt.Errorf("cancel %s: %w", id, &UpstreamError{Err: err})
 	}
 	caps := conn.Info().Capabilities
 	if conn.Info().Era == mcpclient.EraLegacy && !caps.TasksCancel || conn.Info().Era == mcpclient.EraExtension && !caps.Extension {
@@ -100,7 +105,7 @@ func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reaso
 	default:
 		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceOperator, "cancel_unanswered", "cancel request failed: "+safeMessage(err),
 			rec.step(StepCancelReply, op, map[string]any{"reply": "unanswered: " + safeMessage(err)}))
-		return Detail{}, fmt.Errorf("cancel %s: %w", id, err)
+		return Detail{}, fmt.Errorf("cancel %s: %w", id, &UpstreamError{Err: err})
 	}
 	// Poll soon to see what the cancel did.
 	_ = s.cfg.Store.Reschedule(cctx, id, s.cfg.Now())
@@ -144,7 +149,7 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 	}
 	conn, err := s.cfg.Servers.TaskConn(ctx, op.Task.Server, op.Task)
 	if err != nil {
-		return Detail{}, fmt.Errorf("answer %s: %w", id, err)
+		return Detail{}, fmt.Errorf("answer %s: %w", id, &UpstreamError{Err: err})
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -160,7 +165,7 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		if errors.Is(err, mcpclient.ErrInputAnswered) {
 			return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, ErrNoPendingInput)
 		}
-		return Detail{}, fmt.Errorf("answer %s input %q: %w", id, key, err)
+		return Detail{}, fmt.Errorf("answer %s input %q: %w", id, key, &UpstreamError{Err: err})
 	}
 	if err := s.cfg.Store.MarkInputAnswered(actx, id, key, by, string(resp.Action),
 		rec.step(StepInput, op, map[string]any{"key": key, "action": string(resp.Action), "reply": "accepted by the server", "values": "redacted"})); err != nil {
@@ -221,3 +226,15 @@ func InputsFrom(reqs []mcpclient.InputRequest, expires *time.Time) []PendingInpu
 	}
 	return out
 }
+
+// UpstreamError is a failure of the MCP server an action was sent to (unreachable, refused,
+// or unanswered within the budget); the API answers it 502, or 504 on a timeout.
+type UpstreamError struct{ Err error }
+
+func (e *UpstreamError) Error() string { return "the server: " + e.Err.Error() }
+
+// Unwrap returns the server's error.
+func (e *UpstreamError) Unwrap() error { return e.Err }
+
+// Timeout reports whether the server did not answer within the budget.
+func (e *UpstreamError) Timeout() bool { return errors.Is(e.Err, context.DeadlineExceeded) }

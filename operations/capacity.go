@@ -90,7 +90,7 @@ func (s *Service) insertFor(wf *config.Workflow, base Insert, d Decision) (Inser
 	case RouteHandoff:
 		ins.Handoff = true
 	case RouteReject:
-		ins.RejectReply = &StartResponse{Route: RouteReject, ReasonCode: d.ReasonCode, Reason: d.Reason, DomainOutcome: OutcomePending}
+		ins.RejectReply = &StartResponse{Route: RouteReject, ReasonCode: d.ReasonCode, Reason: d.Reason, DomainOutcome: OutcomeNotRun}
 	case RouteSync:
 	default:
 		return Insert{}, fmt.Errorf("route %s: unknown route %q", wf.Name, d.Route)

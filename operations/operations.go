@@ -91,14 +91,34 @@ func (s TaskState) Final() bool {
 type Outcome string
 
 // Domain outcomes. pending: not settled yet; unknown: Taskgate cannot tell and a person or a
-// verifier must find out.
+// verifier must find out; no_effect: read-only work, nothing to verify; not_run: the work never
+// ran (rejected, or the call was refused before it reached the tool); unverified: the work
+// ended and the workflow has no verifier (listed and filterable, not a reconciliation item).
 const (
 	OutcomePending     Outcome = "pending"
 	OutcomeApplied     Outcome = "applied"
 	OutcomeNotApplied  Outcome = "not_applied"
 	OutcomeCompensated Outcome = "compensated"
 	OutcomeUnknown     Outcome = "unknown"
+	OutcomeNoEffect    Outcome = "no_effect"
+	OutcomeNotRun      Outcome = "not_run"
+	OutcomeUnverified  Outcome = "unverified"
 )
+
+// Outcomes lists every domain outcome (the list filter accepts these).
+func Outcomes() []Outcome {
+	return []Outcome{OutcomePending, OutcomeApplied, OutcomeNotApplied, OutcomeCompensated, OutcomeUnknown,
+		OutcomeNoEffect, OutcomeNotRun, OutcomeUnverified}
+}
+
+// TaskStates lists every task state (the list filter accepts these).
+func TaskStates() []TaskState {
+	return []TaskState{StateCreating, StateCreateUnacknowledged, StateWorking, StateInputRequired, StateCompleted,
+		StateFailed, StateCancelled, StateUnobservable, StateExpired}
+}
+
+// Routes lists every route (the list filter accepts these).
+func Routes() []Route { return []Route{RouteTask, RouteSync, RouteJobAPI, RouteHandoff, RouteReject} }
 
 // Attention values and the reconciliation reason codes.
 const (
@@ -117,6 +137,8 @@ const (
 	ReasonTaskExpired          = reconcile.ReasonTaskExpired
 	ReasonSessionGone          = reconcile.ReasonSessionGone
 	ReasonResultUnavailable    = reconcile.ReasonResultUnavailable
+	ReasonCallUnrecorded       = reconcile.ReasonCallUnrecorded
+	ReasonServerTextReplaced   = reconcile.ReasonServerTextReplaced
 )
 
 // Timeline sources.
@@ -316,7 +338,10 @@ type Envelope struct {
 	Preview        string          `json:"preview,omitempty"`
 	EvidenceHandle string          `json:"evidence_handle"`
 	Result         json.RawMessage `json:"result,omitempty"`
-	FetchedAt      time.Time       `json:"fetched_at"`
+	// TextReplaced says the server's text held NUL or invalid UTF-8, replaced by U+FFFD to be
+	// stored: the record is not verbatim.
+	TextReplaced bool      `json:"text_replaced"`
+	FetchedAt    time.Time `json:"fetched_at"`
 }
 
 // ReconciliationItem is the open (or last) reconciliation item of an operation.

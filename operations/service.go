@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/internal/safetext"
 	"github.com/taskgate/taskgate/mcpclient"
 )
 
@@ -168,6 +169,15 @@ func validate(r StartRequest) error {
 	if len(r.IdempotencyKey) > 255 {
 		return fmt.Errorf("%w: Idempotency-Key longer than 255 characters", ErrInvalidRequest)
 	}
+	for _, f := range []struct{ name, v string }{{"Idempotency-Key", r.IdempotencyKey}, {"workflow", r.Workflow}, {"tenant", r.Tenant},
+		{"actor", r.Actor}, {"object_ref", r.ObjectRef}, {"object_version", r.ObjectVersion}, {"intended_effect", r.IntendedEffect}} {
+		if err := safetext.Check(f.name, f.v); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+	}
+	if err := safetext.CheckJSON("arguments", r.Arguments); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
 	if len(r.Arguments) > 0 && string(r.Arguments) != "null" {
 		var m map[string]any
 		if err := json.Unmarshal(r.Arguments, &m); err != nil {
@@ -273,21 +283,22 @@ func responseFor(op Operation) StartResponse {
 	return r
 }
 
-// replay answers a repeat of a start request: the stored first answer, or the operation as it
-// stands while the first request is still in flight.
+// replay answers a repeat of a start request: the first answer's status code (202 while the
+// first request is still in flight) with the operation as it stands now.
 func (s *Service) replay(ctx context.Context, op Operation, hash string) (StartResult, error) {
 	if op.requestHash != hash {
 		return StartResult{}, fmt.Errorf("key %q of workflow %s was used for operation %s with a different request: %w",
 			op.IdempotencyKey, op.Workflow, op.ID, ErrKeyReused)
 	}
-	st, body, ok, err := s.cfg.Store.Response(ctx, op.ID)
+	st, _, ok, err := s.cfg.Store.Response(ctx, op.ID)
 	if err != nil {
 		return StartResult{}, err
 	}
 	if !ok {
-		return StartResult{Status: http.StatusAccepted, Response: responseFor(op), Replayed: true}, nil
+		st = http.StatusAccepted
 	}
-	return StartResult{Status: st, Response: body, Replayed: true}, nil
+	// The first answer's status code, with the operation as it is now.
+	return StartResult{Status: st, Response: responseFor(op), Replayed: true}, nil
 }
 
 // callArgs returns the arguments with the operation id as the tool's idempotency key, where
@@ -310,6 +321,10 @@ func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workf
 	cctx, cancel := context.WithTimeout(ctx, wf.Budgets.Create.Timeout.Duration)
 	defer cancel()
 	opts := mcpclient.TaskOptions{CallOptions: mcpclient.CallOptions{Meta: callMeta(op)}, TTL: wf.MaxTTL.Duration}
+	if err := s.cfg.Store.MarkSending(ctx, op.ID, wf.Budgets.Create.Timeout.Duration); err != nil {
+		log.Error("mark the task creation sending; not sent", "err", err)
+		return
+	}
 	task, err := conn.CreateTask(cctx, wf.Tool, callArgs(op, wf), opts)
 	var noTask *mcpclient.NoTaskError
 	switch {
@@ -376,8 +391,8 @@ func isRPCError(err error) bool {
 }
 
 // refuse records a call that provably did not start: task state failed (on the Task route)
-// and, when nothing reached the server, the domain outcome not_applied. A server's error
-// answer leaves the outcome pending for the verifier.
+// and, when nothing reached the server, the domain outcome not_run. A server's error answer
+// leaves the outcome pending for the verifier.
 func (s *Service) refuse(ctx context.Context, op Operation, msg string, notApplied bool) {
 	store := s.cfg.Store
 	_, err := store.pool.Exec(ctx, `UPDATE tasks SET state = 'failed', status_message = $2, terminal_at = now(), updated_at = now()
@@ -386,7 +401,10 @@ func (s *Service) refuse(ctx context.Context, op Operation, msg string, notAppli
 		err = store.AddTimeline(ctx, op.ID, SourceCreate, string(StateFailed), msg)
 	}
 	if err == nil && notApplied {
-		_, err = store.pool.Exec(ctx, `UPDATE operations SET domain_outcome = 'not_applied', updated_at = now() WHERE id = $1 AND domain_outcome = 'pending'`, op.ID)
+		_, err = store.pool.Exec(ctx, `UPDATE operations SET domain_outcome = 'not_run', updated_at = now() WHERE id = $1 AND domain_outcome = 'pending'`, op.ID)
+	}
+	if err == nil {
+		err = callRecorded(ctx, store.pool, op.ID)
 	}
 	if err != nil {
 		s.cfg.Logger.Error("record refused call", "operation", op.ID, "err", err)
@@ -412,6 +430,10 @@ func (s *Service) callSync(ctx context.Context, op Operation, wf *config.Workflo
 	if conn == nil {
 		s.refuse(ctx, op, "server unreachable; the call was not sent", true)
 		return true
+	}
+	if err := s.cfg.Store.MarkSending(ctx, op.ID, wf.Fallback.MaxDuration.Duration); err != nil {
+		log.Error("mark the synchronous call sending; not sent", "err", err)
+		return false
 	}
 	_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "calling", "synchronous call sent")
 	started := s.cfg.Now()
@@ -463,7 +485,11 @@ func BuildEnvelope(out mcpclient.Outcome, server, taskID string, keep bool, star
 		if e.ResultSize == 0 {
 			e.ResultSize = len(raw)
 		}
-		e.Preview = sanitize(strings.Join(out.Result.Texts(), "\n"), PreviewMax)
+		text, replaced := safetext.Clean(strings.Join(out.Result.Texts(), "\n"))
+		e.Preview = sanitize(text, PreviewMax)
+		var rawReplaced bool
+		raw, rawReplaced = safetext.CleanJSON(raw)
+		e.TextReplaced = replaced || rawReplaced
 		if keep && len(raw) <= KeptResultMax {
 			e.Result = raw
 		}
@@ -472,10 +498,14 @@ func BuildEnvelope(out mcpclient.Outcome, server, taskID string, keep bool, star
 		code := out.Error.Code
 		e.ErrorCode = &code
 		e.ResultSize = len(raw)
-		e.Preview = sanitize(out.Error.Message, PreviewMax)
+		msg, replaced := safetext.Clean(out.Error.Message)
+		e.TextReplaced = replaced
+		e.Preview = sanitize(msg, PreviewMax)
 	}
 	if out.Task != nil {
-		e.StatusMessage = sanitize(out.Task.StatusMessage, PreviewMax)
+		msg, replaced := safetext.Clean(out.Task.StatusMessage)
+		e.TextReplaced = e.TextReplaced || replaced
+		e.StatusMessage = sanitize(msg, PreviewMax)
 		if !out.Task.CreatedAt.IsZero() && started == nil {
 			c := out.Task.CreatedAt
 			e.StartedAt = &c
@@ -505,16 +535,8 @@ func sanitize(s string, n int) string {
 		}
 		return r
 	}, strings.ToValidUTF8(s, "\uFFFD"))
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return safetext.Cut(s, n)
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // safeMessage is an error's text fit for a timeline: sanitised and short. mcpclient errors
 // carry no tokens or elicited values.
@@ -546,6 +568,10 @@ func (s *Service) submitJob(ctx context.Context, op Operation, wf *config.Workfl
 		if tok, err := wf.Fallback.Credential.Resolve(func(string) string { return "" }); err == nil && tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
+	}
+	if err := s.cfg.Store.MarkSending(ctx, op.ID, wf.Budgets.Create.Timeout.Duration); err != nil {
+		log.Error("mark the job submission sending; not sent", "err", err)
+		return
 	}
 	_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "submitting", "job submitted to the job API")
 	resp, err := s.cfg.JobClient.Do(req)
@@ -623,6 +649,9 @@ func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next ti
 		opID, j.ID, j.Status, j.ReceiptID, sanitize(j.Error, 300), nextAt).Scan(&old)
 	if err != nil {
 		return notFound(opID, err)
+	}
+	if err := callRecorded(ctx, s.pool, opID); err != nil {
+		return err
 	}
 	if old != j.Status {
 		return s.AddTimeline(ctx, opID, SourcePoll, "job_"+j.Status, "job "+j.Status)

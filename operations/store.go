@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskgate/taskgate/internal/safetext"
 	"github.com/taskgate/taskgate/reconcile"
 )
 
@@ -85,8 +86,11 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 		var id string
 		err := tx.QueryRow(ctx, `
 			INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, object_ref,
-				object_version, intended_effect, arguments, route, reason_code, reason, declare_extension, policy_sha256)
-			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)
+				object_version, intended_effect, arguments, route, reason_code, reason, declare_extension, policy_sha256,
+				domain_outcome, call_recorded_at)
+			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,
+				CASE WHEN $10 = 'reject' THEN 'not_run' ELSE 'pending' END,
+				CASE WHEN $10 IN ('reject', 'handoff') THEN now() END)
 			ON CONFLICT (tenant, workflow, idempotency_key) DO NOTHING
 			RETURNING id`,
 			r.Tenant, r.Workflow, r.IdempotencyKey, in.Hash, r.Actor, r.ObjectRef, r.ObjectVersion,
@@ -313,9 +317,9 @@ func (s *Store) Detail(ctx context.Context, id string) (Detail, error) {
 	}
 	var e Envelope
 	err = s.pool.QueryRow(ctx, `SELECT status, era, tool_error, error_code, started_at, finished_at, status_message,
-		result_size, result_sha256, preview, evidence_handle, result, fetched_at FROM task_envelopes WHERE operation_id = $1`, id).
+		result_size, result_sha256, preview, evidence_handle, result, text_replaced, fetched_at FROM task_envelopes WHERE operation_id = $1`, id).
 		Scan(&e.Status, &e.Era, &e.ToolError, &e.ErrorCode, &e.StartedAt, &e.FinishedAt, &e.StatusMessage,
-			&e.ResultSize, &e.ResultSHA256, &e.Preview, &e.EvidenceHandle, &e.Result, &e.FetchedAt)
+			&e.ResultSize, &e.ResultSHA256, &e.Preview, &e.EvidenceHandle, &e.Result, &e.TextReplaced, &e.FetchedAt)
 	switch {
 	case err == nil:
 		d.Envelope = &e
@@ -468,6 +472,12 @@ type CreatedTask struct {
 
 // RecordCreated stores the created task (state from CreateTaskResult) and its timeline entry.
 func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) error {
+	var replaced [5]bool
+	c.TaskID, replaced[0] = safetext.Clean(c.TaskID)
+	c.StatusMessage, replaced[1] = safetext.Clean(c.StatusMessage)
+	c.ServerName, replaced[2] = safetext.Clean(c.ServerName)
+	c.ServerVersion, replaced[3] = safetext.Clean(c.ServerVersion)
+	c.Capabilities, replaced[4] = safetext.CleanJSON(c.Capabilities)
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var ttl *int64
 		if c.TTL != nil {
@@ -493,7 +503,18 @@ func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) e
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("record created task of %s: task is not creating: %w", opID, ErrNotFound)
 		}
-		return addTimeline(ctx, tx, opID, SourceCreate, string(c.State), c.StatusMessage)
+		if err := callRecorded(ctx, tx, opID); err != nil {
+			return err
+		}
+		if err := addTimeline(ctx, tx, opID, SourceCreate, string(c.State), c.StatusMessage); err != nil {
+			return err
+		}
+		for i, what := range []string{"task id", "status message", "server name", "server version", "capabilities"} {
+			if replaced[i] {
+				return textReplaced(ctx, tx, opID, "the server's "+what+" at task creation")
+			}
+		}
+		return nil
 	})
 }
 
@@ -519,7 +540,28 @@ func nullMillis(d time.Duration) *int64 {
 	return &v
 }
 
+// callRecorded notes that the answer of an operation's call was recorded (the recovery sweep
+// looks for calls sent and never recorded).
+func callRecorded(ctx context.Context, q querier, opID string) error {
+	if _, err := q.Exec(ctx, `UPDATE operations SET call_recorded_at = now() WHERE id = $1 AND call_recorded_at IS NULL`, opID); err != nil {
+		return fmt.Errorf("note the call of %s recorded: %w", opID, err)
+	}
+	return nil
+}
+
+// textReplaced records that what the server sent for an operation held text PostgreSQL cannot
+// store: the timeline says which text, and the outcome goes to reconciliation because the kept
+// record is not verbatim.
+func textReplaced(ctx context.Context, tx pgx.Tx, opID, what string) error {
+	msg := what + " held NUL or invalid UTF-8, replaced by U+FFFD to be stored"
+	if err := addTimeline(ctx, tx, opID, SourceWatcher, "text_replaced", msg); err != nil {
+		return err
+	}
+	return markUnknown(ctx, tx, opID, "", ReasonServerTextReplaced, msg)
+}
+
 func addTimeline(ctx context.Context, q querier, opID, source, state, message string) error {
+	message, _ = safetext.Clean(message)
 	if _, err := q.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1,$2,$3,$4)`,
 		opID, source, state, message); err != nil {
 		return fmt.Errorf("timeline of %s: %w", opID, err)
@@ -540,6 +582,9 @@ func (s *Store) MarkUnknown(ctx context.Context, opID string, state TaskState, r
 }
 
 func markUnknown(ctx context.Context, tx pgx.Tx, opID string, state TaskState, reason, message string) error {
+	if err := callRecorded(ctx, tx, opID); err != nil {
+		return err
+	}
 	if state != "" {
 		if _, err := tx.Exec(ctx, `UPDATE tasks SET state = $2, failure_kind = coalesce(failure_kind, $3), next_poll_at = NULL,
 			lease_owner = NULL, lease_expires_at = NULL, terminal_at = coalesce(terminal_at, now()), updated_at = now()
@@ -588,6 +633,8 @@ type ObserveResult struct {
 // state or message changed.
 func (s *Store) Observe(ctx context.Context, opID string, obs Observation, source string) (ObserveResult, error) {
 	var res ObserveResult
+	var replaced bool
+	obs.StatusMessage, replaced = safetext.Clean(obs.StatusMessage)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var from TaskState
 		var msg, taskID string
@@ -635,7 +682,12 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 			}
 		}
 		if stateChanged || msgChanged {
-			return addTimeline(ctx, tx, opID, source, string(obs.State), obs.StatusMessage)
+			if err := addTimeline(ctx, tx, opID, source, string(obs.State), obs.StatusMessage); err != nil {
+				return err
+			}
+		}
+		if replaced && msgChanged {
+			return textReplaced(ctx, tx, opID, "the server's status message")
 		}
 		return nil
 	})
@@ -806,16 +858,31 @@ func (s *Store) ReleaseLeases(ctx context.Context, replica string) error {
 // state is set to the envelope's terminal status when it was not terminal yet (legacy
 // tasks/result may come first); a stored terminal state is never changed.
 func (s *Store) RecordEnvelope(ctx context.Context, opID string, e Envelope, source string) error {
+	var r [4]bool
+	e.StatusMessage, r[0] = safetext.Clean(e.StatusMessage)
+	e.Preview, r[1] = safetext.Clean(e.Preview)
+	e.Result, r[2] = safetext.CleanJSON(e.Result)
+	e.Status, r[3] = safetext.Clean(e.Status)
+	e.TextReplaced = e.TextReplaced || r[0] || r[1] || r[2] || r[3]
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO task_envelopes (operation_id, status, era, tool_error, error_code, started_at, finished_at,
-			status_message, result_size, result_sha256, preview, evidence_handle, result)
-			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) ON CONFLICT (operation_id) DO NOTHING`,
+		tag, err := tx.Exec(ctx, `INSERT INTO task_envelopes (operation_id, status, era, tool_error, error_code, started_at, finished_at,
+			status_message, result_size, result_sha256, preview, evidence_handle, result, text_replaced)
+			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) ON CONFLICT (operation_id) DO NOTHING`,
 			opID, e.Status, e.Era, e.ToolError, e.ErrorCode, e.StartedAt, e.FinishedAt, e.StatusMessage, e.ResultSize,
-			e.ResultSHA256, e.Preview, e.EvidenceHandle, nullJSON(e.Result)); err != nil {
+			e.ResultSHA256, e.Preview, e.EvidenceHandle, nullJSON(e.Result), e.TextReplaced)
+		if err != nil {
 			return fmt.Errorf("store envelope of %s: %w", opID, err)
 		}
+		if err := callRecorded(ctx, tx, opID); err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 1 && e.TextReplaced {
+			if err := textReplaced(ctx, tx, opID, "the server's result"); err != nil {
+				return err
+			}
+		}
 		var from TaskState
-		err := tx.QueryRow(ctx, `SELECT state FROM tasks WHERE operation_id = $1 FOR UPDATE`, opID).Scan(&from)
+		err = tx.QueryRow(ctx, `SELECT state FROM tasks WHERE operation_id = $1 FOR UPDATE`, opID).Scan(&from)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // sync route: no task row
 		}
@@ -862,6 +929,10 @@ func (s *Store) UpsertInputs(ctx context.Context, opID string, in []PendingInput
 			if err != nil {
 				return err
 			}
+			fields, _ = safetext.CleanJSON(fields)
+			p.Key, _ = safetext.Clean(p.Key)
+			p.Message, _ = safetext.Clean(p.Message)
+			p.Mode, _ = safetext.Clean(p.Mode)
 			tag, err := tx.Exec(ctx, `INSERT INTO pending_inputs (operation_id, input_key, method, mode, message, fields, redaction_class, expires_at)
 				VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (operation_id, input_key) DO NOTHING`,
 				opID, p.Key, p.Method, p.Mode, p.Message, fields, p.RedactionClass, p.ExpiresAt)

@@ -72,6 +72,12 @@ const (
 	// ReasonManualVerification: the workflow has no verifier (none, manual only) and its
 	// effect may have happened; a person confirms the outcome.
 	ReasonManualVerification Reason = "manual_verification"
+	// ReasonCallUnrecorded: the call was sent and its answer was never recorded (the ledger
+	// could not write it); the recovery sweep found it.
+	ReasonCallUnrecorded Reason = "call_unrecorded"
+	// ReasonServerTextReplaced: the server's answer held text PostgreSQL cannot store (NUL,
+	// invalid UTF-8); the kept record has it replaced and is not verbatim.
+	ReasonServerTextReplaced Reason = "server_text_replaced"
 )
 
 // reasonText says each reason in words for the console.
@@ -90,13 +96,16 @@ var reasonText = map[Reason]string{
 	ReasonTaskDomainMismatch:      "Task state and verified outcome disagree",
 	ReasonHumanHandoff:            "Handed to a person by the workflow",
 	ReasonManualVerification:      "No outcome verifier for this workflow: a person confirms whether the effect happened",
+	ReasonCallUnrecorded:          "The call was sent but its answer was never recorded: the effect may have happened; it is never resent",
+	ReasonServerTextReplaced:      "The server's answer held text that cannot be stored (NUL or invalid UTF-8); the kept record is not verbatim",
 }
 
 // Reasons lists every reason code in the order the console offers them as a filter.
 func Reasons() []Reason {
 	return []Reason{ReasonCreateUnacknowledged, ReasonSyncTimeout, ReasonSyncTransportLost, ReasonJobUnacknowledged,
 		ReasonTaskUnobservable, ReasonTaskExpired, ReasonSessionGone, ReasonResultUnavailable, ReasonTaskFailedUnverified,
-		ReasonTaskCancelledUnverified, ReasonVerifierUnknown, ReasonTaskDomainMismatch, ReasonHumanHandoff, ReasonManualVerification}
+		ReasonTaskCancelledUnverified, ReasonVerifierUnknown, ReasonTaskDomainMismatch, ReasonHumanHandoff, ReasonManualVerification,
+		ReasonCallUnrecorded, ReasonServerTextReplaced}
 }
 
 // ReasonText returns a reason in words; an unknown code is returned as it is.

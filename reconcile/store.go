@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskgate/taskgate/audit"
+	"github.com/taskgate/taskgate/internal/safetext"
 )
 
 // SystemActor is the audit actor of the automatic verifiers.
@@ -92,13 +93,8 @@ func OpenTx(ctx context.Context, tx pgx.Tx, operationID string, reason Reason, d
 }
 
 func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
+	s, _ = safetext.Clean(s)
+	return safetext.CutPlain(s, n)
 }
 
 const itemColumns = `r.id, r.operation_id, r.tenant, r.workflow, r.reason, r.detail, r.state, r.attempts, r.next_verify_at,

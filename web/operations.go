@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/taskgate/taskgate/auth"
+	"github.com/taskgate/taskgate/internal/safetext"
 	"github.com/taskgate/taskgate/mcpclient"
 	"github.com/taskgate/taskgate/operations"
 )
@@ -292,7 +293,7 @@ func (s *Server) handleCancelOperationForm(w http.ResponseWriter, r *http.Reques
 		return
 	}
 	if len(reason) > 500 {
-		reason = reason[:500]
+		reason = safetext.CutPlain(reason, 500)
 	}
 	_, err := s.deps.Operations.CancelRecorded(r.Context(), apiScope(r), d.ID, principal(r).Name, reason, s.opRecorder(r, reason))
 	if err != nil {

@@ -41,6 +41,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	demoTraffic := fs.Bool("demo-traffic", false, "start a few demo operations a minute on the embedded demo receiver")
+	recoveryGrace := fs.Duration("recovery-grace", time.Minute, "how long past its budget a call's answer may stay unrecorded before the recovery sweep settles it")
 	fs.Usage = func() {
 		fmt.Fprintln(stdout, "usage: console serve [OPTIONS]")
 		fmt.Fprintln(stdout, "Runs the console. With no DATABASE_URL it starts a private PostgreSQL cluster in")
@@ -184,6 +185,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer janitor.Stop()
+	// Recovery: calls sent whose answer was never recorded become unknown with an item.
+	recovery, err := operations.NewRecovery(operations.RecoveryConfig{Store: ops.Store(), Grace: *recoveryGrace, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := recovery.Start(ctx); err != nil {
+		return err
+	}
+	defer recovery.Stop()
 	if *demoTraffic {
 		if demoKnobs == nil {
 			return fmt.Errorf("--demo-traffic needs the embedded demo receiver (a policy server with url builtin:demo)")
