@@ -6,14 +6,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"mime"
+	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskgate/taskgate/audit"
+	"github.com/taskgate/taskgate/internal/safetext"
 	"github.com/taskgate/taskgate/mcpclient"
 	"github.com/taskgate/taskgate/operations"
 )
@@ -57,7 +65,32 @@ func (s *Server) mountOperationsAPI(r chi.Router) {
 	r.Get("/operations/{id}", s.handleGetOperation)
 	r.Post("/operations/{id}/cancel", s.handleCancelOperation)
 	r.Post("/operations/{id}/input", s.handleAnswerInput)
+	// Unknown /api/v1 paths and methods answer JSON like every other API answer.
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeAPI(w, http.StatusNotFound, apiProblem{Error: "not_found", Message: "no such API path: " + safetext.Cut(r.URL.Path, 200)})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeAPI(w, http.StatusMethodNotAllowed, apiProblem{Error: "method_not_allowed", Message: "method " + r.Method + " is not allowed on this path"})
+	})
 }
+
+// dbUnavailable reports an error that says the database cannot be reached (refused or lost
+// connections, a server shutting down or starting up), answered 503 with Retry-After.
+func dbUnavailable(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || pgconn.SafeToRetry(err)
+}
+
+// dbRetryAfter is the Retry-After (seconds) of a 503 for an unreachable database.
+const dbRetryAfter = "5"
 
 // apiScope is the caller's tenant scope in the operations package's terms.
 func apiScope(r *http.Request) operations.Scope {
@@ -108,6 +141,8 @@ func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 		{operations.ErrNoPendingInput, http.StatusConflict, "no_pending_input"},
 		{operations.ErrInputElsewhere, http.StatusConflict, "input_held_elsewhere"},
 		{operations.ErrAtCapacity, http.StatusTooManyRequests, "at_capacity"},
+		{errUnsupportedMedia, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+		{errTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
 	} {
 		if errors.Is(err, m.err) {
 			if ce := (*operations.CapacityError)(nil); errors.As(err, &ce) {
@@ -120,6 +155,22 @@ func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 			writeAPI(w, m.status, apiProblem{Error: m.code, Message: msg})
 			return
 		}
+	}
+	var up *operations.UpstreamError
+	if errors.As(err, &up) {
+		s.deps.Logger.WarnContext(r.Context(), "api upstream failure", "err", err, "path", r.URL.Path, "request_id", requestID(r.Context()))
+		if up.Timeout() {
+			writeAPI(w, http.StatusGatewayTimeout, apiProblem{Error: "upstream_timeout", Message: "the MCP server did not answer within the budget"})
+			return
+		}
+		writeAPI(w, http.StatusBadGateway, apiProblem{Error: "upstream_error", Message: safetext.Cut(up.Error(), 300)})
+		return
+	}
+	if dbUnavailable(err) {
+		s.deps.Logger.ErrorContext(r.Context(), "api database unavailable", "err", err, "path", r.URL.Path, "request_id", requestID(r.Context()))
+		w.Header().Set("Retry-After", dbRetryAfter)
+		writeAPI(w, http.StatusServiceUnavailable, apiProblem{Error: "database_unavailable", Message: "the ledger's database cannot be reached; retry later (request " + requestID(r.Context()) + ")"})
+		return
 	}
 	s.deps.Logger.ErrorContext(r.Context(), "api request failed", "err", err, "path", r.URL.Path, "request_id", requestID(r.Context()))
 	writeAPI(w, http.StatusInternalServerError, apiProblem{Error: "internal", Message: "internal error (request " + requestID(r.Context()) + ")"})
@@ -135,11 +186,33 @@ func (s *Server) operationsAPI(w http.ResponseWriter) (OperationsAPI, bool) {
 	return s.deps.Operations, true
 }
 
+var (
+	errUnsupportedMedia = errors.New("the body must be JSON (Content-Type: application/json)")
+	errTooLarge         = errors.New("request body too large")
+)
+
+// decodeJSON reads exactly one JSON value of Content-Type application/json into v: another
+// media type is 415, a body past the cap 413, malformed JSON, unknown fields or anything after
+// the value 400.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return fmt.Errorf("%w: got %q", errUnsupportedMedia, safetext.Cut(r.Header.Get("Content-Type"), 100))
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
+	var tooLarge *http.MaxBytesError
 	if err := dec.Decode(v); err != nil {
+		if errors.As(err, &tooLarge) {
+			return errTooLarge
+		}
 		return fmt.Errorf("%w: body: %v", operations.ErrInvalidRequest, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if errors.As(err, &tooLarge) {
+			return errTooLarge
+		}
+		return fmt.Errorf("%w: body: unexpected data after the JSON value", operations.ErrInvalidRequest)
 	}
 	return nil
 }
@@ -177,13 +250,17 @@ func (s *Server) handleListOperations(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	if err := checkListQuery(q); err != nil {
+		s.apiError(w, r, err)
+		return
+	}
 	f := operations.Filter{Tenant: q.Get("tenant"), Workflow: q.Get("workflow"), Route: operations.Route(q.Get("route")),
 		TaskState: operations.TaskState(q.Get("task_state")), DomainOutcome: operations.Outcome(q.Get("domain_outcome")),
 		Mismatch: q.Get("mismatch") == "true", Attention: q.Get("attention") == "true", After: q.Get("after")}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			s.apiError(w, r, fmt.Errorf("%w: limit must be a positive integer", operations.ErrInvalidRequest))
+		if err != nil || n < 1 || n > maxListLimit {
+			s.apiError(w, r, fmt.Errorf("%w: limit must be an integer from 1 to %d", operations.ErrInvalidRequest, maxListLimit))
 			return
 		}
 		f.Limit = n
@@ -194,6 +271,54 @@ func (s *Server) handleListOperations(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeAPI(w, http.StatusOK, page)
+}
+
+// maxListLimit is the largest page the list answers.
+const maxListLimit = 500
+
+// checkListQuery refuses unknown filters and values outside each filter's set, naming them.
+func checkListQuery(q url.Values) error {
+	in := func(v string, set []string) bool { return v == "" || slices.Contains(set, v) }
+	strs := func(list any) []string {
+		var out []string
+		switch l := list.(type) {
+		case []operations.Route:
+			for _, v := range l {
+				out = append(out, string(v))
+			}
+		case []operations.TaskState:
+			for _, v := range l {
+				out = append(out, string(v))
+			}
+		case []operations.Outcome:
+			for _, v := range l {
+				out = append(out, string(v))
+			}
+		}
+		return out
+	}
+	sets := map[string][]string{
+		"route": strs(operations.Routes()), "task_state": strs(operations.TaskStates()), "domain_outcome": strs(operations.Outcomes()),
+		"mismatch": {"true", "false"}, "attention": {"true", "false"},
+	}
+	for name, vals := range q {
+		switch name {
+		case "tenant", "workflow", "after", "limit":
+		case "route", "task_state", "domain_outcome", "mismatch", "attention":
+		default:
+			return fmt.Errorf("%w: unknown filter %q", operations.ErrInvalidRequest, safetext.Cut(name, 60))
+		}
+		if len(vals) > 1 {
+			return fmt.Errorf("%w: filter %s given more than once", operations.ErrInvalidRequest, name)
+		}
+		if err := safetext.Check(name, vals[0]); err != nil {
+			return fmt.Errorf("%w: %v", operations.ErrInvalidRequest, err)
+		}
+		if set, ok := sets[name]; ok && !in(vals[0], set) {
+			return fmt.Errorf("%w: %s must be one of %s", operations.ErrInvalidRequest, name, strings.Join(set, ", "))
+		}
+	}
+	return nil
 }
 
 func (s *Server) handleGetOperation(w http.ResponseWriter, r *http.Request) {
@@ -252,6 +377,10 @@ func (s *Server) handleAnswerInput(w http.ResponseWriter, r *http.Request) {
 	}
 	if b.Key == "" {
 		s.apiError(w, r, fmt.Errorf("%w: key is required", operations.ErrInvalidRequest))
+		return
+	}
+	if err := safetext.Check("key", b.Key); err != nil {
+		s.apiError(w, r, fmt.Errorf("%w: %v", operations.ErrInvalidRequest, err))
 		return
 	}
 	d, err := ops.AnswerInputRecorded(r.Context(), apiScope(r), chi.URLParam(r, "id"), b.Key, principal(r).Name,

@@ -296,17 +296,17 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || secret == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="taskgate"`)
-			http.Error(w, "an API token is required", http.StatusUnauthorized)
+			writeAPI(w, http.StatusUnauthorized, apiProblem{Error: "unauthorized", Message: "an API token is required"})
 			return
 		}
 		p, err := s.deps.Auth.Authenticate(r.Context(), strings.TrimSpace(secret))
 		if errors.Is(err, auth.ErrBadToken) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="taskgate", error="invalid_token"`)
-			http.Error(w, "invalid API token", http.StatusUnauthorized)
+			writeAPI(w, http.StatusUnauthorized, apiProblem{Error: "unauthorized", Message: "invalid API token"})
 			return
 		}
 		if err != nil {
-			s.serverError(w, r, err)
+			s.apiError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey, p)))

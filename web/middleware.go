@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -127,6 +128,10 @@ func limitBodies(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > maxBodyBytes {
 			w.Header().Set("Connection", "close")
+			if strings.HasPrefix(r.URL.Path, "/api/") {
+				writeAPI(w, http.StatusRequestEntityTooLarge, apiProblem{Error: "too_large", Message: "request body too large"})
+				return
+			}
 			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 			return
 		}
