@@ -180,6 +180,8 @@ type Input struct {
 	KillSwitch bool `json:"killSwitch"`
 	// KillSwitchUnknown is true when the kill switch could not be read (treated as engaged).
 	KillSwitchUnknown bool `json:"killSwitchUnknown,omitempty"`
+	// KillSwitchName names the engaged switch ("kill-switch:workflow:refund").
+	KillSwitchName string `json:"killSwitchName,omitempty"`
 	// Stage is the workflow's rollout stage.
 	Stage Stage `json:"stage"`
 	// CanaryPercent is the share of buckets (0-100) inside the canary.
@@ -257,7 +259,11 @@ func Decide(in Input) Decision {
 		return fallback(ReasonKillSwitchUnknown, "the kill switch could not be read, so new Task starts are blocked")
 	}
 	if in.KillSwitch {
-		return fallback(ReasonKillSwitch, "the kill switch of "+w.Name+" blocks new Task starts")
+		name := in.KillSwitchName
+		if name == "" {
+			name = "kill-switch:workflow:" + w.Name
+		}
+		return fallback(ReasonKillSwitch, "the kill switch "+name+" blocks new Task starts")
 	}
 	capable := in.ManifestState == ManifestFresh && in.Manifest.TaskCapable(w.Tool)
 	if in.Stage == StageShadow {

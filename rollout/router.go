@@ -119,13 +119,14 @@ func (r *Router) Route(ctx context.Context, workflow, tenant string) (Routed, er
 		}
 	}
 	out.LastSuccess = ms.LastSuccess
-	engaged, err := r.cfg.KillSwitch.Engaged(ctx, w.Name)
-	if err != nil {
-		r.cfg.Logger.ErrorContext(ctx, "kill switch unreadable: new Task starts blocked", "workflow", w.Name, "err", err)
+	kv := r.cfg.KillSwitch.Check(ctx, StartCheck{Workflow: w.Name, Server: w.Server, Tenant: tenant})
+	switch {
+	case kv.FailedSafe:
+		r.cfg.Logger.ErrorContext(ctx, "kill switch unreadable: new Task starts blocked", "workflow", w.Name, "err", kv.Why)
 		in.KillSwitchUnknown = true
-		out.KillSwitchError = err.Error()
-	} else {
-		in.KillSwitch = engaged
+		out.KillSwitchError = kv.Why
+	case kv.Blocked:
+		in.KillSwitch, in.KillSwitchName = true, kv.Switch
 	}
 	out.Input = in
 	out.Decision = Decide(in)

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/internal/mcptest"
 	"github.com/taskgate/taskgate/internal/pgtest"
+	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/mcpclient"
 	"github.com/taskgate/taskgate/receiver"
@@ -55,7 +57,7 @@ type bundle struct {
 	policy   *config.Config
 	mstore   *manifests.Store
 	stages   *rollout.Store
-	kill     *rollout.PGKillSwitch
+	kill     *killswitch.Service
 	router   *rollout.Router
 	prober   *manifests.Prober
 	ctx      context.Context
@@ -75,7 +77,10 @@ func setup(t *testing.T, url, tool string) *bundle {
 	pool := pgtest.New(t)
 	b.mstore = manifests.NewStore(pool)
 	b.stages = rollout.NewStore(pool, b.policy)
-	b.kill = rollout.NewPGKillSwitch(pool)
+	if b.kill, err = killswitch.Open(b.ctx, pool, killswitch.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.kill.Close)
 	if b.prober, err = manifests.NewProber(manifests.ProberConfig{Policy: b.policy, Store: b.mstore}); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +140,7 @@ func TestRouterOnLiveManifest(t *testing.T) {
 		}
 	}
 	// Kill switch: new Task starts stop at once.
-	if err := b.kill.Set(b.ctx, rollout.AllWorkflows, true, "incident", "ops"); err != nil {
+	if err := b.kill.Engage(b.ctx, audit.Actor{Name: "ops", Kind: audit.KindCLI}, killswitch.ScopeGlobal, "", "incident"); err != nil {
 		t.Fatal(err)
 	}
 	if r := b.route(t, "report", "acme"); r.Decision.Route != rollout.RouteSync || r.Decision.Reason != rollout.ReasonKillSwitch {
@@ -148,8 +153,8 @@ func TestRouterOnLiveManifest(t *testing.T) {
 
 type brokenSwitch struct{}
 
-func (brokenSwitch) Engaged(context.Context, string) (bool, error) {
-	return false, errors.New("flag store down")
+func (brokenSwitch) Check(context.Context, rollout.StartCheck) rollout.KillVerdict {
+	return rollout.KillVerdict{Blocked: true, FailedSafe: true, Why: "flag store down"}
 }
 
 func TestRouterKillSwitchErrorFailsSafe(t *testing.T) {
@@ -226,34 +231,6 @@ func TestStageStore(t *testing.T) {
 	if _, err := s.Get(ctx, "nope"); !errors.Is(err, rollout.ErrUnknownWorkflow) {
 		t.Errorf("unknown workflow: %v", err)
 	}
-}
-
-func TestKillSwitchPerWorkflowAndGlobal(t *testing.T) {
-	t.Parallel()
-	ctx := ctxT(t, 30*time.Second)
-	k := rollout.NewPGKillSwitch(pgtest.New(t))
-	check := func(wf string, want bool) {
-		t.Helper()
-		got, err := k.Engaged(ctx, wf)
-		if err != nil || got != want {
-			t.Fatalf("%s engaged=%v err=%v, want %v", wf, got, err, want)
-		}
-	}
-	check("refund", false)
-	if err := k.Set(ctx, "refund", true, "bad deploy", "ops"); err != nil {
-		t.Fatal(err)
-	}
-	check("refund", true)
-	check("report", false)
-	if err := k.Set(ctx, rollout.AllWorkflows, true, "incident", "ops"); err != nil {
-		t.Fatal(err)
-	}
-	check("report", true)
-	if err := k.Set(ctx, rollout.AllWorkflows, false, "resolved", "ops"); err != nil {
-		t.Fatal(err)
-	}
-	check("report", false)
-	check("refund", true)
 }
 
 // TestCompatibilityPeerWithoutTasks routes to peers that offer no Task for the tool and checks

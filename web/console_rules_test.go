@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskgate/taskgate/audit"
+	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/operations"
 	"github.com/taskgate/taskgate/reconcile"
-	"github.com/taskgate/taskgate/rollout"
 )
 
 // testidText returns the text between the element with data-testid=id and its closing tag name
@@ -45,11 +46,17 @@ func TestServersShowKillSwitchDrainAndExport(t *testing.T) {
 		t.Error("the servers table has no CSV/JSON export")
 	}
 
-	if err := rollout.NewPGKillSwitch(e.pool).Set(context.Background(), "refund", true, "incident", "test"); err != nil {
+	if err := killswitch.NewStore(e.pool).Engage(context.Background(), audit.Actor{Name: "test", Kind: audit.KindCLI},
+		killswitch.ScopeWorkflow, "refund", "incident"); err != nil {
 		t.Fatal(err)
 	}
-	_, body = e.do(t, "viewer", http.MethodGet, "/servers", nil)
-	cell = testidText(body, "kill-switch", "td")
+	// The console's cache hears of the switch through the database's notification.
+	for end := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, body = e.do(t, "viewer", http.MethodGet, "/servers", nil)
+		if cell = testidText(body, "kill-switch", "td"); strings.Contains(cell, "engaged for") || time.Now().After(end) {
+			break
+		}
+	}
 	if !strings.Contains(cell, "engaged for 1 of") || !strings.Contains(cell, "badge bad") || !strings.Contains(cell, "0 running tasks draining") {
 		t.Fatalf("kill switch cell with refund engaged:\n%s", cell)
 	}

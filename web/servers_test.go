@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/receiver"
 	"github.com/taskgate/taskgate/rollout"
@@ -36,8 +37,13 @@ func withRollout(t *testing.T, e *testEnv) *manifests.Prober {
 	if err != nil {
 		t.Fatal(err)
 	}
+	flags, err := killswitch.Open(ctx, e.pool, killswitch.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(flags.Close)
 	router, err := rollout.NewRouter(rollout.RouterConfig{Policy: deps.Policy, Manifests: mstore,
-		Stages: rollout.NewStore(e.pool, deps.Policy), KillSwitch: rollout.NewPGKillSwitch(e.pool)})
+		Stages: rollout.NewStore(e.pool, deps.Policy), KillSwitch: flags})
 	if err != nil {
 		t.Fatal(err)
 	}

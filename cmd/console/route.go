@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/mcpclient"
 	"github.com/taskgate/taskgate/rollout"
@@ -73,8 +74,13 @@ func runRoute(ctx context.Context, args []string, getenv func(string) string, st
 			fmt.Fprintf(stdout, "probe of %s failed: %v\n", w.Server, err)
 		}
 	}
+	flags, err := killswitch.Open(ctx, db.Pool, killswitch.Config{Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer flags.Close()
 	router, err := rollout.NewRouter(rollout.RouterConfig{Policy: policy, Manifests: mstore,
-		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: rollout.NewPGKillSwitch(db.Pool), Logger: logger})
+		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: flags, Logger: logger})
 	if err != nil {
 		return err
 	}

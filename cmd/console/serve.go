@@ -20,6 +20,7 @@ import (
 	"github.com/taskgate/taskgate/config"
 	demotraffic "github.com/taskgate/taskgate/demo"
 	"github.com/taskgate/taskgate/examples"
+	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/migrations"
 	"github.com/taskgate/taskgate/operations"
@@ -135,8 +136,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer prober.Stop()
+	// Flags and the kill switch: cached in memory, kept current by LISTEN/NOTIFY.
+	flags, err := killswitch.Open(ctx, db.Pool, killswitch.Config{Logger: logger.With("component", "flags")})
+	if err != nil {
+		return err
+	}
+	defer flags.Close()
 	router, err := rollout.NewRouter(rollout.RouterConfig{Policy: policy, Manifests: mstore,
-		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: rollout.NewPGKillSwitch(db.Pool), Logger: logger})
+		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: flags, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -148,6 +155,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer runner.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(flags.Collectors()...)
 
 	// Operations: the ledger and start path, and this replica's durable Task watchers.
 	opServers := operations.NewServers(operations.ServersConfig{Policy: policy, Getenv: getenv, BuiltinURL: demoURL,
@@ -235,6 +243,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {
 			if err := db.Pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database unreachable: %w", err)
+			}
+			if err := flags.Ready(); err != nil {
+				return err
 			}
 			return runner.Current(ctx)
 		}),
