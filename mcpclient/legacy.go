@@ -440,6 +440,14 @@ func (c *legacyConn) GetTask(ctx context.Context, taskID string) (Snapshot, erro
 // and carries the server's elicitation requests meanwhile, then tasks/get
 // for the terminal status.
 func (c *legacyConn) AwaitOutcome(ctx context.Context, taskID string) (Outcome, error) {
+	return c.awaitOutcome(ctx, taskID, true)
+}
+
+// awaitOutcome reads tasks/result. A server that answers it with an error
+// while the task is still running (instead of blocking, as 2025-11-25 asks)
+// is tolerated once: tasks/get is polled until the task is terminal and the
+// result is read again. The tool call itself is never repeated.
+func (c *legacyConn) awaitOutcome(ctx context.Context, taskID string, tolerate bool) (Outcome, error) {
 	raw, err := readAgain(ctx, func() (json.RawMessage, error) {
 		return c.call(ctx, "tasks/result", map[string]any{"taskId": taskID})
 	})
@@ -477,6 +485,14 @@ func (c *legacyConn) AwaitOutcome(ctx context.Context, taskID string) (Outcome, 
 		t := snap.Task
 		out.Task = &t
 	case gerr == nil:
+		if rpc != nil && tolerate {
+			c.opts.Logger.Info("mcpclient: tasks/result answered before the task ended; polling tasks/get",
+				"server", c.opts.serverKey(), "task", taskID, "status", snap.Task.Status)
+			if perr := c.pollTerminal(ctx, taskID, snap); perr != nil {
+				return Outcome{}, fmt.Errorf("task %s result: %w", taskID, perr)
+			}
+			return c.awaitOutcome(ctx, taskID, false)
+		}
 		if rpc != nil {
 			return Outcome{}, fmt.Errorf("task %s result: %w (task still %s)", taskID, err, snap.Task.Status)
 		}
@@ -487,6 +503,25 @@ func (c *legacyConn) AwaitOutcome(ctx context.Context, taskID string) (Outcome, 
 		out.Status = impliedStatus(out)
 	}
 	return out, nil
+}
+
+// pollTerminal polls tasks/get at the suggested interval (250 ms when none,
+// at most 5 s) until the task is terminal or ctx ends.
+func (c *legacyConn) pollTerminal(ctx context.Context, taskID string, snap Snapshot) error {
+	for !snap.Task.Status.Terminal() {
+		d := snap.Task.PollInterval
+		if d <= 0 {
+			d = 250 * time.Millisecond
+		}
+		if err := sleepCtx(ctx, min(d, 5*time.Second)); err != nil {
+			return err
+		}
+		var err error
+		if snap, err = c.GetTask(ctx, taskID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // impliedStatus is the legacy status a result implies when tasks/get could
