@@ -15,7 +15,8 @@ import (
 // pollReceiver serves a receiver suggesting the given pollInterval.
 func pollReceiver(t *testing.T, eras receiver.Eras, poll time.Duration) (*receiver.Receiver, string) {
 	t.Helper()
-	r := receiver.New(receiver.Config{Eras: eras, DefaultPollInterval: poll, MaxPollInterval: poll})
+	// No purge during the test: a task outliving its ttl stays readable.
+	r := receiver.New(receiver.Config{Eras: eras, DefaultPollInterval: poll, MaxPollInterval: poll, PurgeInterval: time.Hour})
 	ts := httptest.NewServer(r.Handler())
 	t.Cleanup(func() {
 		ts.Close()
