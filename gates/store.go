@@ -79,8 +79,13 @@ func (s *Store) Save(ctx context.Context, r *Run) (int64, []DeviationChange, err
 			for _, c := range diff {
 				parts = append(parts, c.Behaviour+": "+c.Before+" → "+c.After)
 			}
+			reason := inert("deviation fingerprint changed: "+strings.Join(parts, "; "), 1000)
 			if _, err := tx.Exec(ctx, `UPDATE gate_runs SET voided_at = now(), voided_reason = $2 WHERE server = $1 AND voided_at IS NULL`,
-				r.Server, inert("deviation fingerprint changed: "+strings.Join(parts, "; "), 1000)); err != nil {
+				r.Server, reason); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE gate_verdicts SET voided_at = now(), void_reason = $2 WHERE server = $1 AND voided_at IS NULL`,
+				r.Server, reason); err != nil {
 				return err
 			}
 		}
@@ -105,6 +110,26 @@ func (s *Store) Save(ctx context.Context, r *Run) (int64, []DeviationChange, err
 			r.Workflow, r.Server, r.StartedBy, r.Era, r.ServerName, r.ServerVersion, r.ManifestFingerprint, r.DeviationFingerprint, dev, dj,
 			r.Build, pj, r.PinsKey(), r.Verdict, hard, p, f, i, r.Error, r.Started, r.Finished).Scan(&id); err != nil {
 			return fmt.Errorf("insert gate run: %w", err)
+		}
+		if r.Workflow != "" && r.Error == "" {
+			// One verdict per suite in the rollout's verdict table, so promotion and the
+			// manifest prober see the run: a suite passes with no failed case and no hard
+			// failure anywhere in the run.
+			failed, ran := map[Suite]bool{}, map[Suite]bool{}
+			for _, c := range r.Cases {
+				ran[c.Suite] = ran[c.Suite] || c.Verdict != Inconclusive
+				failed[c.Suite] = failed[c.Suite] || c.Verdict == Fail
+			}
+			ev, _ := json.Marshal(map[string]any{"run_id": id, "deviation_fingerprint": r.DeviationFingerprint, "pins": pins})
+			for _, su := range Suites {
+				if !ran[su] {
+					continue
+				}
+				if _, err := tx.Exec(ctx, `INSERT INTO gate_verdicts (workflow, server, suite, passed, manifest_fingerprint, build, evidence)
+					VALUES ($1,$2,$3,$4,$5,$6,$7)`, r.Workflow, r.Server, su, !failed[su] && len(hard) == 0, r.ManifestFingerprint, r.Build, ev); err != nil {
+					return fmt.Errorf("insert gate verdict: %w", err)
+				}
+			}
 		}
 		for pos, c := range r.Cases {
 			ev, _ := json.Marshal(c.Evidence)
@@ -203,3 +228,6 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Summary, error) {
 	}
 	return out, rows.Err()
 }
+
+// Pool returns the store's pool (for callers that combine gate reads with their own).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }

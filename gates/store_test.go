@@ -71,6 +71,12 @@ func TestADeviationChangeIsDiffedAndVoidsEarlierVerdicts(t *testing.T) {
 	if len(diff) != 1 || diff[0].Behaviour != gates.DevRequestedTTL || diff[0].Before != "honoured" || diff[0].After != "ignored (unlimited)" {
 		t.Fatalf("diff %+v", diff)
 	}
+	var live, voided int
+	pool := st.Pool()
+	_ = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE voided_at IS NULL), count(*) FILTER (WHERE voided_at IS NOT NULL) FROM gate_verdicts WHERE workflow = 'refund'`).Scan(&live, &voided)
+	if live != 1 || voided != 1 {
+		t.Fatalf("rollout verdicts: %d live, %d voided; want the new run's suite live and the old one voided", live, voided)
+	}
 	old, _ := st.Get(ctx, first)
 	if old.VoidedAt == nil || !strings.Contains(old.VoidedReason, "requested_ttl") {
 		t.Fatalf("the earlier run was not voided: %+v", old.Summary)

@@ -106,6 +106,10 @@ func (s *Store) Recheck(ctx context.Context, b Binding) (Status, bool, error) {
 			st.Run.ID, inert(reason, 1000)); err != nil {
 			return st, false, err
 		}
+		if _, err := s.pool.Exec(ctx, `UPDATE gate_verdicts SET voided_at = now(), void_reason = $2 WHERE workflow = $1 AND voided_at IS NULL`,
+			b.Workflow, inert(reason, 1000)); err != nil {
+			return st, false, err
+		}
 	}
 	server := b.Server
 	if server == "" && st.Run != nil {
@@ -305,4 +309,19 @@ func (q *Queue) runOnce(ctx context.Context) int64 {
 	}
 	log.Info("gate run stored", "run", id, "verdict", run.Verdict)
 	return id
+}
+
+// InTx runs f in one transaction (an operator's start and its audit row commit together).
+func (s *Store) InTx(ctx context.Context, f func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, f)
+}
+
+// EnqueueTx is Enqueue inside the caller's transaction.
+func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, workflow, server, reason string) (bool, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO gate_queue (workflow, server, reason) VALUES ($1, $2, $3)
+		ON CONFLICT (workflow, server) WHERE done_at IS NULL DO NOTHING`, workflow, server, inert(reason, 1000))
+	if err != nil {
+		return false, fmt.Errorf("queue gate run of %s: %w", workflow, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/examples"
+	"github.com/taskgate/taskgate/gates"
 	"github.com/taskgate/taskgate/internal/pgtest"
 	"github.com/taskgate/taskgate/reconcile"
 )
@@ -77,7 +78,8 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 	e := &testEnv{pool: pool, auth: auth.NewStore(pool, auth.Options{Hash: auth.TestHashParams}), audit: audit.NewStore(pool),
 		users: map[string]testUser{}, tokens: map[string]string{}, tokenIDs: map[string]int64{}}
 	deps := Deps{Ready: ReadinessFunc(func(context.Context) error { return nil }), Policy: policy, Version: "test",
-		Auth: e.auth, Audit: e.audit, Reconcile: reconcile.NewStore(pool, reconcile.Options{ResolutionReasons: policy.ResolutionReasons})}
+		Auth: e.auth, Audit: e.audit, Reconcile: reconcile.NewStore(pool, reconcile.Options{ResolutionReasons: policy.ResolutionReasons}),
+		Gates: gates.NewStore(pool)}
 	for _, o := range opts {
 		o(&deps)
 	}

@@ -55,6 +55,9 @@ var routeAccess = map[string]string{
 	"POST /reconcile/{id}/retry":   "support",
 	"POST /reconcile/bulk":         "support",
 	"POST /servers/{name}/probe":   "operator",
+	"GET /gates":                   "viewer",
+	"GET /gates/{id}":              "viewer",
+	"POST /gates/run":              "operator",
 	"GET /events":                  "viewer",
 	"POST /signout":                "viewer",
 

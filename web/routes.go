@@ -54,6 +54,9 @@ func (s *Server) routes() http.Handler {
 		r.Get("/reconcile/export", s.handleExportReconcile) // reconcile.go: the queue's filters as CSV or JSON, in scope
 		s.mountReconcile(r)                                 // reconcile.go: GET /reconcile, /reconcile/{id}; support: claim, release, resolve, retry, bulk
 		r.With(s.requireRole(auth.RoleOperator)).Post("/servers/{name}/probe", s.handleProbeNow)
+		r.Get("/gates", s.handleGates)        // gates.go: runs per server and workflow, the repeat queue
+		r.Get("/gates/{id}", s.handleGateRun) // gates.go: one run's cases, evidence and deviations
+		r.With(s.requireRole(auth.RoleOperator)).Post("/gates/run", s.handleStartGate)
 		r.Get("/events", s.handleEvents)
 		r.Post("/signout", s.handleSignOut)
 

@@ -17,6 +17,7 @@ import (
 	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/gates"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/reconcile"
 	"github.com/taskgate/taskgate/rollout"
@@ -74,6 +75,8 @@ type Deps struct {
 	Operations OperationsAPI
 	// Reconcile is the reconciliation queue (nil: its pages say it is not enabled).
 	Reconcile *reconcile.Store
+	// Gates keeps gate runs and the repeat queue (nil: the gates page says none are stored).
+	Gates *gates.Store
 }
 
 // Server is the console's HTTP handler.

@@ -20,6 +20,7 @@ import (
 	"github.com/taskgate/taskgate/config"
 	demotraffic "github.com/taskgate/taskgate/demo"
 	"github.com/taskgate/taskgate/examples"
+	"github.com/taskgate/taskgate/gates"
 	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/migrations"
@@ -227,6 +228,19 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer reconciler.Stop()
+	// Gates: runs queued after a change or by an operator, taken by one replica under a lease.
+	gateStore := gates.NewStore(db.Pool)
+	gateQueue, err := gates.NewQueue(gates.QueueConfig{Store: gateStore, Runner: &gates.Runner{Build: buildVersion(), Logger: logger},
+		Target: func(workflow, _ string) (gates.Target, error) {
+			return gates.TargetFor(policy, workflow, getenv, demoURL)
+		}, ReplicaID: watcher.ReplicaID(), Logger: logger.With("component", "gates")})
+	if err != nil {
+		return err
+	}
+	if err := gateQueue.Start(ctx); err != nil {
+		return err
+	}
+	defer gateQueue.Stop()
 	srv, err := web.NewServer(web.Deps{
 		Logger:       logger,
 		Registry:     reg,
@@ -240,6 +254,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Router:       router,
 		Operations:   ops,
 		Reconcile:    recStore,
+		Gates:        gateStore,
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {
 			if err := db.Pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database unreachable: %w", err)
