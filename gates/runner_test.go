@@ -47,7 +47,7 @@ func referenceTarget(rcv *receiver.Receiver, url string) gates.Target {
 func summary(r *gates.Run) string {
 	var sb strings.Builder
 	for _, c := range r.Cases {
-		sb.WriteString(string(c.Suite) + "/" + c.Name + ": " + string(c.Verdict) + " — " + c.Reason + "\n")
+		sb.WriteString(string(c.Suite) + "/" + c.Name + ": " + string(c.Verdict) + " (" + c.Duration.Round(time.Millisecond).String() + ") — " + c.Reason + "\n")
 	}
 	return sb.String()
 }
@@ -63,6 +63,9 @@ func TestEverySuitePassesAgainstTheReferenceReceiver(t *testing.T) {
 			rcv, url := startReceiver(t, tc.eras)
 			run := (&gates.Runner{Build: "test", CaseTimeout: 20 * time.Second}).Run(context.Background(), referenceTarget(rcv, url), nil)
 			t.Log("\n" + summary(run))
+			for _, n := range run.Deviations.Names() {
+				t.Logf("deviation %s: %+v", n, run.Deviations[n])
+			}
 			if run.Verdict != gates.Pass || len(run.HardFailures) > 0 {
 				t.Fatalf("run %s (hard %v, error %q)", run.Verdict, run.HardFailures, run.Error)
 			}
@@ -159,4 +162,24 @@ func TestMCPGoReportsItsDeviations(t *testing.T) {
 	wantDeviation(t, run, gates.DevPollInterval, "absent")
 	wantDeviation(t, run, gates.DevSessionBound, "bound to the session")
 	wantDeviation(t, run, gates.DevUnknownSession, "404")
+}
+
+func TestTypeScriptSDKTaskServerReportsItsDeviations(t *testing.T) {
+	t.Parallel()
+	sdk := mcptest.StartSDKServer(t)
+	run := (&gates.Runner{Build: "test", CaseTimeout: 10 * time.Second}).Run(context.Background(), gates.Target{Name: "sdk", URL: sdk.URL,
+		GateTarget: true, Effectful: true,
+		Quick: &gates.ToolCase{Tool: "slow_job", Arguments: map[string]any{"duration_ms": 30}},
+		Slow:  &gates.ToolCase{Tool: "slow_job", Arguments: map[string]any{"duration_ms": 2000}},
+		Fail:  &gates.ToolCase{Tool: "slow_job", Arguments: map[string]any{"outcome": "failed"}}}, nil)
+	t.Log("\n" + summary(run))
+	for _, n := range run.Deviations.Names() {
+		t.Logf("deviation %s: %+v", n, run.Deviations[n])
+	}
+	if run.Error != "" || run.Era != "2025-11-25" {
+		t.Fatalf("run error %q era %s", run.Error, run.Era)
+	}
+	// The SDK's task store binds each task to the session that created it.
+	wantDeviation(t, run, gates.DevSessionBound, "bound to the session")
+	wantDeviation(t, run, gates.DevToolErrorStatus, "failed")
 }

@@ -550,6 +550,10 @@ func (s *session) fault(ctx context.Context) {
 	})
 	run("duplicate-delivery", base, "quick", func(c *caseRec, cctx context.Context) {
 		c.c.Hard = HardDuplicateEffect
+		if s.t.Verify == nil {
+			s.end(c, Inconclusive, "no outcome verifier: whether a duplicate delivery makes a second effect cannot be checked")
+			return
+		}
 		s.proxy.Add(faultproxy.Rule{Action: faultproxy.Duplicate, Method: "tools/call"})
 		key := s.key()
 		task, err := s.create(cctx, s.conn, base, key, 0)
@@ -560,10 +564,6 @@ func (s *session) fault(ctx context.Context) {
 		f, err := s.follow(cctx, s.conn, task.ID, nil)
 		if err != nil {
 			s.end(c, Fail, "following the task: "+err.Error())
-			return
-		}
-		if s.t.Verify == nil {
-			s.end(c, Inconclusive, "no outcome verifier: whether the duplicate made a second effect cannot be checked")
 			return
 		}
 		var effects int
