@@ -182,6 +182,9 @@ type Verifier struct {
 	BaseURL string `yaml:"base_url"`
 	// Credential authenticates to the system of record.
 	Credential *Secret `yaml:"credential"`
+	// Manual asks a person to confirm each success with a reconciliation item when kind is
+	// none; without it such work ends unverified (listed, not an item).
+	Manual bool `yaml:"manual"`
 }
 
 // Budget bounds one kind of call.

@@ -30,6 +30,8 @@ type proxy struct {
 	target  string
 	rewrite func(method string, body []byte) []byte
 	after   func(method string)
+	// refuse, when set, answers a method with an HTTP status and text instead of forwarding it.
+	refuse  func(method string) (int, string)
 	mu      sync.Mutex
 	methods map[string]int
 }
@@ -49,6 +51,12 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.methods[msg.Method]++
 	p.mu.Unlock()
+	if p.refuse != nil {
+		if code, text := p.refuse(msg.Method); code != 0 {
+			http.Error(w, text, code)
+			return
+		}
+	}
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)

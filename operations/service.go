@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -356,6 +358,10 @@ func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workf
 		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, BuildEnvelope(out, wf.Server, "", wf.KeepResult, nil, s.cfg.Now()), SourceCreate); err != nil {
 			log.Error("record envelope", "err", err)
 		}
+	case httpStatusOf(err) != 0:
+		code, text := httpRefusal(err)
+		s.refuse(ctx, op, fmt.Sprintf("task creation refused by the server (HTTP %d): %s", code, text), code < 500)
+		log.Warn("task creation refused", "status", code)
 	case refused(err):
 		if errors.Is(err, mcpclient.ErrSessionGone) {
 			s.cfg.Servers.Drop(conn)
@@ -371,6 +377,38 @@ func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workf
 		log.Warn("task creation unacknowledged", "err", err)
 	}
 	_ = d
+}
+
+// httpRefusalPattern is how the 2025-11-25 transport reports an HTTP error status whose body
+// is not a JSON-RPC answer.
+var httpRefusalPattern = regexp.MustCompile(`request failed with status (\d{3}): `)
+
+// httpStatusOf returns the HTTP error status (400-599) a server answered a call with, or 0.
+func httpStatusOf(err error) int {
+	if err == nil {
+		return 0
+	}
+	m := httpRefusalPattern.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0
+	}
+	code, _ := strconv.Atoi(m[1])
+	if code < 400 || code > 599 {
+		return 0
+	}
+	return code
+}
+
+// httpRefusal returns the status and the server's text (sanitised, bounded) of an HTTP error
+// answer.
+func httpRefusal(err error) (int, string) {
+	msg := err.Error()
+	loc := httpRefusalPattern.FindStringIndex(msg)
+	text := strings.TrimSpace(msg[loc[1]:])
+	if text == "" {
+		text = "no text"
+	}
+	return httpStatusOf(err), sanitize(text, 300)
 }
 
 // refused reports an error that proves the call did nothing: it never left, or the server
@@ -455,6 +493,22 @@ func (s *Service) callSync(ctx context.Context, op Operation, wf *config.Workflo
 			log.Error("record sync error", "err", err)
 		}
 		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "failed", "synchronous call answered with an error: "+sanitize(rpc.Message, 200))
+		return true
+	case httpStatusOf(err) != 0:
+		// The server answered with an HTTP error: a 4xx refused the call before it ran; after a
+		// 5xx the verifier decides.
+		code, text := httpRefusal(err)
+		msg := fmt.Sprintf("synchronous call refused by the server (HTTP %d): %s", code, text)
+		if code < 500 {
+			s.refuse(ctx, op, msg, true)
+			return true
+		}
+		// No JSON-RPC error code: the HTTP status and text are the preview.
+		out := mcpclient.Outcome{Status: mcpclient.StatusFailed, Era: conn.Info().Era, Error: &mcpclient.RPCError{Message: fmt.Sprintf("HTTP %d: %s", code, text)}}
+		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, BuildEnvelope(out, wf.Server, "", wf.KeepResult, &started, s.cfg.Now()), SourceCreate); err != nil {
+			log.Error("record sync refusal", "err", err)
+		}
+		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "failed", msg)
 		return true
 	case refused(err):
 		s.refuse(ctx, op, "synchronous call refused: "+safeMessage(err), true)

@@ -8,9 +8,10 @@
 // anything else opens a reconciliation item with its reason.
 //
 // A workflow whose verifier is none has nobody but a person to confirm its effect: once its
-// task, sync call or job ends, an effectful or reversible workflow opens a manual_verification
-// item for a person at once (the outcome becomes unknown). A read-only workflow has no effect to
-// confirm: its outcome stays pending and its timeline says "no effect to verify".
+// task, sync call or job ends, its outcome is unverified (listed and filterable, no item), or,
+// when its policy asks for manual verification (verifier.manual), a manual_verification item is
+// opened for a person at once (the outcome becomes unknown). A read-only workflow has no effect
+// to confirm: its outcome becomes no_effect and its timeline says "no effect to verify".
 //
 // Items are re-verified automatically with exponential backoff first; only when that does not
 // settle them are they handed to a person. Support staff claim an item (a lease that expires,
@@ -140,6 +141,13 @@ const (
 	OutcomeCompensated Outcome = "compensated"
 	OutcomeDuplicate   Outcome = "duplicate"
 	OutcomeUnknown     Outcome = "unknown"
+)
+
+// Domain outcomes set without a verifier's answer: read-only work has no effect to verify;
+// work of a workflow without a verifier (and without manual verification) ends unverified.
+const (
+	OutcomeNoEffect   = "no_effect"
+	OutcomeUnverified = "unverified"
 )
 
 // Resolutions are the outcomes a person may resolve with.

@@ -330,8 +330,19 @@ func (s *Service) check(ctx context.Context, c check) error {
 		}
 		if src == KindNone && wf.Effect == config.EffectReadOnly {
 			// A read-only workflow has no effect to confirm: no answer is recorded, the outcome
-			// stays pending (nothing applied, nothing unknown) and the timeline says why.
+			// becomes no_effect (nothing applied, nothing unknown) and the timeline says why.
+			if err := settleWithout(ctx, tx, c.opID, OutcomeNoEffect); err != nil {
+				return err
+			}
 			return timeline(ctx, tx, c.opID, "no_effect_to_verify", "no effect to verify: read-only workflow without an outcome verifier")
+		}
+		if src == KindNone && !wf.Verifier.Manual && f.taskState != "failed" && f.taskState != "cancelled" {
+			// No verifier and no manual verification asked: the work ended unverified, listed
+			// and filterable, without an item for every success.
+			if err := settleWithout(ctx, tx, c.opID, OutcomeUnverified); err != nil {
+				return err
+			}
+			return timeline(ctx, tx, c.opID, "unverified", "no outcome verifier: the outcome is unverified ("+manualDetail(c.trigger, f)+")")
 		}
 		if err := recordAnswer(ctx, tx, c.opID, nil, f.tenant, src, c.trigger, a, attempt); err != nil {
 			return err
@@ -385,6 +396,16 @@ func manualDetail(trigger string, f facts) string {
 }
 
 // markUnknown sets an operation's outcome to unknown and flags it for reconciliation.
+// settleWithout gives a pending operation an outcome no verifier confirmed (no_effect,
+// unverified): nothing for a person to do.
+func settleWithout(ctx context.Context, q Querier, opID string, outcome string) error {
+	if _, err := q.Exec(ctx, `UPDATE operations SET domain_outcome = $2, updated_at = now() WHERE id = $1 AND domain_outcome = 'pending'`,
+		opID, outcome); err != nil {
+		return fmt.Errorf("settle %s as %s: %w", opID, outcome, err)
+	}
+	return nil
+}
+
 func markUnknown(ctx context.Context, q Querier, opID string, reason Reason) error {
 	if _, err := q.Exec(ctx, `UPDATE operations SET domain_outcome = 'unknown', attention = 'needs_reconciliation', attention_reason = $2,
 		updated_at = now() WHERE id = $1 AND domain_outcome IN ('pending', 'unknown')`, opID, reason); err != nil {

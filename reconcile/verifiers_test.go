@@ -23,8 +23,14 @@ import (
 const more = `
   - {name: charge-sync-nv, server: rcv, tool: work_optional, effect: effectful, task_use: never, fallback: {kind: sync, max_duration: 2s},
      owners: [ops], idempotency_argument: idempotency_key}
-  - {name: payout-proxy, server: rcv, tool: work_optional, effect: effectful, task_use: never, fallback: {kind: job_api, job_api: "%s"},
+  - {name: payout-proxy, server: rcv, tool: work_optional, effect: effectful, task_use: never, fallback: {kind: job_api, job_api: "%[1]s"},
      owners: [ops], verifier: {kind: job_api}, budgets: {reconcile: {timeout: 2s}}}
+  - {name: charge-sync-mv, server: rcv, tool: work_optional, effect: effectful, task_use: never, fallback: {kind: sync, max_duration: 2s},
+     owners: [ops], idempotency_argument: idempotency_key, verifier: {kind: none, manual: true}}
+  - {name: refund-mv, server: rcv, tool: work_required, effect: effectful, task_use: required, fallback: {kind: reject},
+     max_ttl: 30m, owners: [ops], idempotency_argument: idempotency_key, verifier: {kind: none, manual: true}}
+  - {name: payout-mv, server: rcv, tool: work_optional, effect: effectful, task_use: never, fallback: {kind: job_api, job_api: "%[1]s"},
+     owners: [ops], verifier: {kind: none, manual: true}}
 `
 
 // jobProxy stands in front of the receiver's job API; once spoiled, GET /jobs/{id} answers
@@ -92,20 +98,25 @@ func (w *world) checked(t *testing.T, opID string) bool {
 	return done
 }
 
-// TestNoVerifierAsksAPerson: a workflow with verifier none (manual only) whose task, sync call
-// or job ended opens a manual_verification item for a person at once, with the outcome
-// unknown; a read-only one has no effect to confirm and keeps its outcome pending.
+// TestNoVerifierAsksAPerson: a workflow with verifier none and manual verification whose task,
+// sync call or job ended opens a manual_verification item for a person at once, with the
+// outcome unknown; without manual verification it ends unverified with no item; a read-only one
+// has no effect to confirm and ends no_effect.
 func TestNoVerifierAsksAPerson(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name, workflow, args string
 		wantItem             bool
 		trigger              string
+		want                 operations.Outcome // without an item
 	}{
-		{name: "task completed", workflow: "refund-nv", args: `{"duration_ms": 10}`, wantItem: true, trigger: "task_terminal"},
-		{name: "sync call answered", workflow: "charge-sync-nv", args: `{"duration_ms": 10}`, wantItem: true, trigger: "sync_answer"},
-		{name: "job ended", workflow: "payout", args: `{"duration_ms": 10}`, wantItem: true, trigger: "job_answer"},
-		{name: "read-only task: no effect to verify", workflow: "report", args: `{"duration_ms": 10}`, wantItem: false, trigger: "task_terminal"},
+		{name: "task completed", workflow: "refund-mv", args: `{"duration_ms": 10}`, wantItem: true, trigger: "task_terminal"},
+		{name: "sync call answered", workflow: "charge-sync-mv", args: `{"duration_ms": 10}`, wantItem: true, trigger: "sync_answer"},
+		{name: "job ended", workflow: "payout-mv", args: `{"duration_ms": 10}`, wantItem: true, trigger: "job_answer"},
+		{name: "task completed, unverified", workflow: "refund-nv", args: `{"duration_ms": 10}`, trigger: "task_terminal", want: operations.OutcomeUnverified},
+		{name: "sync call answered, unverified", workflow: "charge-sync-nv", args: `{"duration_ms": 10}`, trigger: "sync_answer", want: operations.OutcomeUnverified},
+		{name: "job ended, unverified", workflow: "payout", args: `{"duration_ms": 10}`, trigger: "job_answer", want: operations.OutcomeUnverified},
+		{name: "read-only task: no effect to verify", workflow: "report", args: `{"duration_ms": 10}`, trigger: "task_terminal", want: operations.OutcomeNoEffect},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -117,12 +128,18 @@ func TestNoVerifierAsksAPerson(t *testing.T) {
 			opstest.WaitFor(t, vp, 20*time.Second, "outcome check done", func() bool { return w.checked(t, id) })
 			d := w.Detail(t, id)
 			if !c.wantItem {
-				if w.hasItem(id) || d.DomainOutcome != operations.OutcomePending {
-					t.Fatalf("read-only: item %v, outcome %s; want no item and pending", w.hasItem(id), d.DomainOutcome)
+				if w.hasItem(id) || d.DomainOutcome != c.want || d.Attention != "" {
+					t.Fatalf("item %v, outcome %s, attention %q; want no item and %s", w.hasItem(id), d.DomainOutcome, d.Attention, c.want)
+				}
+				// Listed and filterable.
+				page, err := w.Ops.List(context.Background(), operations.Scope{All: true}, operations.Filter{DomainOutcome: c.want})
+				if err != nil || len(page.Operations) != 1 || page.Operations[0].ID != id {
+					t.Fatalf("list by %s: %+v %v", c.want, page.Operations, err)
 				}
 				found := false
 				for _, e := range d.Timeline {
-					found = found || (e.State == "no_effect_to_verify" && strings.Contains(e.Message, "no effect to verify"))
+					found = found || (e.State == "no_effect_to_verify" && strings.Contains(e.Message, "no effect to verify")) ||
+						(e.State == "unverified" && strings.Contains(e.Message, "no outcome verifier"))
 				}
 				if !found {
 					t.Fatalf("timeline does not say there is no effect to verify: %+v", d.Timeline)

@@ -16,7 +16,7 @@ import (
 )
 
 var taskStates = []string{"creating", "working", "input_required", "completed", "failed", "cancelled", "create_unacknowledged", "unobservable", "expired"}
-var outcomes = []string{"pending", "applied", "not_applied", "compensated", "unknown"}
+var outcomes = []string{"pending", "applied", "not_applied", "compensated", "unknown", "unverified", "no_effect", "not_run"}
 var routes = []string{"task", "sync", "job_api", "handoff", "reject"}
 
 func operationsPage(v OperationsView) templ.Component {

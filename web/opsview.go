@@ -93,6 +93,12 @@ func outcomeWords(o operations.Outcome) string {
 		return "not applied"
 	case operations.OutcomePending:
 		return "pending"
+	case operations.OutcomeNoEffect:
+		return "no effect (read-only)"
+	case operations.OutcomeNotRun:
+		return "not run"
+	case operations.OutcomeUnverified:
+		return "unverified (no verifier)"
 	}
 	return string(o)
 }

@@ -80,7 +80,7 @@ var matrixStates = []operations.TaskState{operations.StateInputRequired, operati
 	operations.StateExpired, operations.StateCompleted, ""}
 
 var matrixOutcomes = []operations.Outcome{operations.OutcomeUnknown, operations.OutcomePending, operations.OutcomeApplied,
-	operations.OutcomeNotApplied, operations.OutcomeCompensated}
+	operations.OutcomeNotApplied, operations.OutcomeCompensated, operations.OutcomeUnverified, operations.OutcomeNoEffect, operations.OutcomeNotRun}
 
 func (v *HomeView) fill(s *Server, r *http.Request, ov operations.Overview) {
 	var names []string
