@@ -194,3 +194,60 @@ func TestAChangeQueuesOneRepeatRunThatOneReplicaRuns(t *testing.T) {
 		t.Fatalf("after the repeat run: %+v %v", s, err)
 	}
 }
+
+func TestTheQueueRechecksBindingsAndRepeatsTheRunOnAChange(t *testing.T) {
+	t.Parallel()
+	st := gates.NewStore(pgtest.New(t))
+	ctx := context.Background()
+	rcv, url := startReceiver(t, receiver.ErasLegacy)
+	if _, _, err := st.Save(ctx, fakeRun("refund", "honoured", gates.Pass)); err != nil {
+		t.Fatal(err)
+	}
+	var manifest atomic.Value
+	manifest.Store("mf-1")
+	binding := func() gates.Binding {
+		return gates.Binding{Workflow: "refund", Server: "rcv", ManifestFingerprint: manifest.Load().(string), Build: "b1",
+			Pins: map[string]string{"server_version": "1.0.0"}}
+	}
+	stored := make(chan int64, 4)
+	q, err := gates.NewQueue(gates.QueueConfig{Store: st, Runner: &gates.Runner{Build: "b1"}, ReplicaID: "r1", Interval: 20 * time.Millisecond,
+		RecheckEvery: 20 * time.Millisecond,
+		Bindings:     func(context.Context) ([]gates.Binding, error) { return []gates.Binding{binding()}, nil },
+		Target: func(workflow, server string) (gates.Target, error) {
+			tg := referenceTarget(rcv, url)
+			b := binding()
+			tg.Workflow, tg.ManifestFingerprint, tg.Pins = workflow, b.ManifestFingerprint, b.Pins
+			return tg, nil
+		},
+		AfterPass: func(id int64) {
+			if id != 0 {
+				stored <- id
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Stop)
+	time.Sleep(100 * time.Millisecond) // several rechecks with nothing changed
+	if len(stored) != 0 {
+		t.Fatal("a run was repeated with no change")
+	}
+	manifest.Store("mf-2") // the gate server's manifest changed
+	var id int64
+	select {
+	case id = <-stored:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the change did not queue a run")
+	}
+	s, err := st.Latest(ctx, binding())
+	if err != nil || !s.Passing || s.Run.ID != id {
+		t.Fatalf("after the repeat run: %+v %v", s, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if len(stored) != 0 {
+		t.Fatal("the evidence stayed stale after the repeat run")
+	}
+}

@@ -211,6 +211,13 @@ type QueueConfig struct {
 	Logger *slog.Logger
 	// AfterPass, when set, is called after each pass with the id of the run it stored (0 = none).
 	AfterPass func(runID int64)
+	// Bindings, when set, gives what each gated workflow must be bound to now (its gate
+	// server's current manifest fingerprint, the build, the pins). Every RecheckEvery the
+	// service compares them with the stored evidence: a change voids the verdicts and queues
+	// a run (Store.Recheck).
+	Bindings func(ctx context.Context) ([]Binding, error)
+	// RecheckEvery is the interval of those comparisons (default 1 minute).
+	RecheckEvery time.Duration
 }
 
 // Queue is the service that runs queued repeat runs, one at a time per replica.
@@ -235,6 +242,9 @@ func NewQueue(cfg QueueConfig) (*Queue, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.RecheckEvery <= 0 {
+		cfg.RecheckEvery = time.Minute
+	}
 	return &Queue{cfg: cfg}, nil
 }
 
@@ -249,7 +259,12 @@ func (q *Queue) Start(ctx context.Context) error {
 	q.done = make(chan struct{})
 	go func() {
 		defer close(q.done)
+		var rechecked time.Time
 		for {
+			if q.cfg.Bindings != nil && time.Since(rechecked) >= q.cfg.RecheckEvery {
+				rechecked = time.Now()
+				q.recheck(ctx)
+			}
 			id := q.runOnce(ctx)
 			if q.cfg.AfterPass != nil {
 				q.cfg.AfterPass(id)
@@ -277,6 +292,22 @@ func (q *Queue) Stop() {
 	}
 	stop()
 	<-done
+}
+
+// recheck compares every binding with the stored evidence and queues what changed.
+func (q *Queue) recheck(ctx context.Context) {
+	bs, err := q.cfg.Bindings(ctx)
+	if err != nil {
+		q.cfg.Logger.Error("gate bindings", "err", err)
+		return
+	}
+	for _, b := range bs {
+		if _, queued, err := q.cfg.Store.Recheck(ctx, b); err != nil {
+			q.cfg.Logger.Error("recheck gate evidence", "workflow", b.Workflow, "err", err)
+		} else if queued {
+			q.cfg.Logger.Info("gate evidence stale: run queued", "workflow", b.Workflow)
+		}
+	}
 }
 
 // runOnce claims one item, runs it and stores the run; it returns the run's id (0 = none).

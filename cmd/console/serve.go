@@ -232,8 +232,29 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	gateStore := gates.NewStore(db.Pool)
 	gateQueue, err := gates.NewQueue(gates.QueueConfig{Store: gateStore, Runner: &gates.Runner{Build: buildVersion(), Logger: logger},
 		Target: func(workflow, _ string) (gates.Target, error) {
-			return gates.TargetFor(policy, workflow, getenv, demoURL)
-		}, ReplicaID: watcher.ReplicaID(), Logger: logger.With("component", "gates")})
+			t, err := gates.TargetFor(policy, workflow, getenv, demoURL)
+			if err == nil {
+				if v, verr := mstore.Latest(ctx, t.Name); verr == nil {
+					t.ManifestFingerprint = v.Fingerprint // bind to the manifest the prober recorded
+				}
+			}
+			return t, err
+		},
+		// Workflows with a gate section are compared with their evidence every minute; a new
+		// manifest or build queues a run.
+		Bindings: func(ctx context.Context) ([]gates.Binding, error) {
+			var out []gates.Binding
+			for _, w := range policy.Workflows {
+				if w.Gate == nil {
+					continue
+				}
+				if v, err := mstore.Latest(ctx, w.Gate.Server); err == nil {
+					out = append(out, gates.Binding{Workflow: w.Name, Server: w.Gate.Server, ManifestFingerprint: v.Fingerprint, Build: buildVersion()})
+				}
+			}
+			return out, nil
+		},
+		ReplicaID: watcher.ReplicaID(), Logger: logger.With("component", "gates")})
 	if err != nil {
 		return err
 	}
