@@ -19,7 +19,9 @@ import (
 
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/internal/opstest"
+	"github.com/taskgate/taskgate/internal/pgcluster"
 	"github.com/taskgate/taskgate/internal/pgtest"
+	"github.com/taskgate/taskgate/migrations"
 	"github.com/taskgate/taskgate/operations"
 )
 
@@ -384,5 +386,73 @@ func TestObservedStatusMessageWithNULIsStoredReplaced(t *testing.T) {
 	}
 	if got := len(b.Detail(t, id).Timeline); got != n {
 		t.Fatalf("timeline grew from %d to %d on the same message", n, got)
+	}
+}
+
+// The same with the PostgreSQL server itself stopped between the send and the record, and
+// started again: the task creation reached the server once, and the sweep of the restarted
+// console settles it.
+func TestCallSentWhilePostgreSQLStoppedIsRecovered(t *testing.T) {
+	t.Parallel()
+	if _, err := pgcluster.FindBinaries(); err != nil {
+		t.Skip("no PostgreSQL server binaries: ", err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Settings: map[string]string{"fsync": "off"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := c
+	t.Cleanup(func() { _ = current.Remove() })
+	pool, err := pgxpool.New(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	r, err := migrations.NewRunner(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Close()
+	b := opstest.Setup(t, opstest.Options{Pool: pool})
+	var once sync.Once
+	throughProxy(t, b, "legacy", &proxy{after: func(method string) {
+		if method == "tools/call" {
+			once.Do(func() {
+				if err := c.Stop(); err != nil {
+					t.Errorf("stop: %v", err)
+				}
+			})
+		}
+	}})
+	if _, err := b.Ops.Start(ctx, acme, operations.StartRequest{IdempotencyKey: "stopped-1", Workflow: "refund",
+		Tenant: "acme", Actor: "app:billing", Arguments: []byte(`{"duration_ms": 100}`)}); err == nil {
+		t.Fatal("start succeeded with PostgreSQL stopped")
+	}
+	if current, err = pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Settings: map[string]string{"fsync": "off"}}); err != nil {
+		t.Fatal(err)
+	}
+	id := opByKey(t, pool, "stopped-1")
+	if d := b.Detail(t, id); d.Task.State != operations.StateCreating || d.DomainOutcome != operations.OutcomePending {
+		t.Fatalf("before the sweep: task %s outcome %s", d.Task.State, d.DomainOutcome)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE operations SET call_due_at = least(call_due_at, now()) WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got := sweep(t, b.Store, 10*time.Millisecond); got.Unrecorded != 1 {
+		t.Fatalf("sweep = %+v", got)
+	}
+	d := b.Detail(t, id)
+	if d.Task.State != operations.StateCreateUnacknowledged || d.DomainOutcome != operations.OutcomeUnknown ||
+		d.Reconciliation == nil || d.Reconciliation.Reason != operations.ReasonCallUnrecorded {
+		t.Fatalf("after the sweep: task %s outcome %s item %+v", d.Task.State, d.DomainOutcome, d.Reconciliation)
+	}
+	if n := b.Receiver.Counters().ToolCalls["work_required"]; n != 1 {
+		t.Fatalf("tools/call = %d, want exactly one", n)
 	}
 }

@@ -98,15 +98,15 @@ func TestAPIErrorsKeepTheDocumentedContract(t *testing.T) {
 		{"trailing garbage", "acme-token", "POST", "/api/v1/operations", start + `garbage`, key("c-3"), 400, "invalid_request"},
 		{"second value", "acme-token", "POST", "/api/v1/operations", start + start, key("c-4"), 400, "invalid_request"},
 		{"text/plain", "acme-token", "POST", "/api/v1/operations", start, map[string]string{"Idempotency-Key": "c-5", "Content-Type": "text/plain"}, 415, "unsupported_media_type"},
-		{"NUL in a field", "acme-token", "POST", "/api/v1/operations", strings.Replace(start, `"app"`, `"a\u0000pp"`, 1), key("c-6"), 400, "invalid_request"},
-		{"NUL in arguments", "acme-token", "POST", "/api/v1/operations", strings.Replace(start, `"hang"`, `"ha\u0000ng"`, 1), key("c-7"), 400, "invalid_request"},
+		{"NUL in a field: actor", "acme-token", "POST", "/api/v1/operations", strings.Replace(start, `"app"`, `"a\u0000pp"`, 1), key("c-6"), 400, "invalid_request"},
+		{"NUL in a field: arguments", "acme-token", "POST", "/api/v1/operations", strings.Replace(start, `"hang"`, `"ha\u0000ng"`, 1), key("c-7"), 400, "invalid_request"},
 		{"bogus task_state", "acme-token", "GET", "/api/v1/operations?task_state=bogus", "", nil, 400, "invalid_request"},
 		{"bogus domain_outcome", "acme-token", "GET", "/api/v1/operations?domain_outcome=bogus", "", nil, 400, "invalid_request"},
 		{"bogus route", "acme-token", "GET", "/api/v1/operations?route=bogus", "", nil, 400, "invalid_request"},
 		{"unknown filter", "acme-token", "GET", "/api/v1/operations?colour=red", "", nil, 400, "invalid_request"},
 		{"limit too large", "acme-token", "GET", "/api/v1/operations?limit=9999", "", nil, 400, "invalid_request"},
 		{"limit zero", "acme-token", "GET", "/api/v1/operations?limit=0", "", nil, 400, "invalid_request"},
-		{"NUL in cancel reason", "acme-token", "POST", self + "/cancel", `{"reason": "a\u0000"}`, nil, 400, "invalid_request"},
+		{"NUL in a field: reason", "acme-token", "POST", self + "/cancel", `{"reason": "a\u0000"}`, nil, 400, "invalid_request"},
 		{"cancel times out", "acme-token", "POST", self + "/cancel", `{"reason": "customer withdrew"}`, nil, 504, "upstream_timeout"},
 	}
 	check := func(c call) {
@@ -125,6 +125,10 @@ func TestAPIErrorsKeepTheDocumentedContract(t *testing.T) {
 		}
 		if err := json.Unmarshal([]byte(body), &p); err != nil || p.Error == nil || p.Message == nil || *p.Error != c.code || *p.Message == "" {
 			t.Errorf("%s: body %s, want the Problem shape with error %s", c.name, body, c.code)
+			return
+		}
+		if _, field, ok := strings.Cut(c.name, "NUL in a field: "); ok && !strings.Contains(*p.Message, field) {
+			t.Errorf("%s: message %q does not name the field", c.name, *p.Message)
 		}
 		path, _, _ := strings.Cut(c.path, "?")
 		ref, headers, ok := doc.documented(c.method, path, c.status)
