@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +93,20 @@ type session struct {
 	quickTask  string
 	mu         sync.Mutex
 	violations []string
+	// texts are the status messages and result texts the server sent (bounded), for the
+	// secret-leak check.
+	texts []string
+}
+
+func (s *session) saw(text string) {
+	if text == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.texts) < 2000 {
+		s.texts = append(s.texts, text)
+	}
 }
 
 type inputBox struct {
@@ -213,6 +228,9 @@ func (r *Runner) Run(ctx context.Context, t Target, suites []Suite) *Run {
 		case SuiteCompatibility:
 			s.compatibility(ctx)
 		}
+	}
+	if slices.Contains(suites, SuiteSecurity) {
+		s.secrets() // after every suite, over everything the server sent
 	}
 	return run
 }
@@ -386,6 +404,7 @@ func (s *session) follow(ctx context.Context, conn mcpclient.Conn, id string, st
 			f.errs++
 		} else {
 			f.last = snap
+			s.saw(snap.Task.StatusMessage)
 			if n := len(f.statuses); n == 0 || f.statuses[n-1] != snap.Task.Status {
 				f.statuses = append(f.statuses, snap.Task.Status)
 			}
@@ -419,13 +438,28 @@ func (s *session) addViolation(v *mcpclient.TransitionError) {
 // with tasks/result in 2025-11-25 (retried once after a transport failure).
 func (s *session) outcome(ctx context.Context, conn mcpclient.Conn, f followed) (mcpclient.Outcome, error) {
 	if f.last.Outcome != nil {
+		s.sawOutcome(*f.last.Outcome)
 		return *f.last.Outcome, nil
 	}
 	out, err := conn.AwaitOutcome(ctx, f.last.Task.ID)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, mcpclient.ErrUnknownTask) {
 		out, err = conn.AwaitOutcome(ctx, f.last.Task.ID)
 	}
+	if err == nil {
+		s.sawOutcome(out)
+	}
 	return out, err
+}
+
+func (s *session) sawOutcome(o mcpclient.Outcome) {
+	if o.Result != nil {
+		for _, t := range o.Result.Texts() {
+			s.saw(t)
+		}
+	}
+	if o.Error != nil {
+		s.saw(o.Error.Message)
+	}
 }
 
 func statusList(st []mcpclient.Status) string {
