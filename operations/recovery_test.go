@@ -456,3 +456,51 @@ func TestCallSentWhilePostgreSQLStoppedIsRecovered(t *testing.T) {
 		t.Fatalf("tools/call = %d, want exactly one", n)
 	}
 }
+
+// The recovery service sweeps on its own, every Interval, until Stop.
+func TestRecoveryServiceSweepsUntilStopped(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{})
+	op, _, err := b.Store.CreateOperation(context.Background(), operations.Insert{
+		Request: operations.StartRequest{IdempotencyKey: "svc", Workflow: "lookup", Tenant: "acme", Actor: "app"},
+		Hash:    "h", Arguments: []byte(`{}`), Decision: operations.Decision{Route: operations.RouteSync, ReasonCode: "task_use_never", Reason: "r"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Store.MarkSending(context.Background(), op.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Store.MarkSending(context.Background(), op.ID, 0); err == nil {
+		t.Fatal("a call was marked sending twice")
+	}
+	sweeps := make(chan operations.Recovered, 100)
+	r, err := operations.NewRecovery(operations.RecoveryConfig{Store: b.Store, Grace: 50 * time.Millisecond, Interval: 20 * time.Millisecond,
+		AfterSweep: func(rec operations.Recovered, _ error) { sweeps <- rec }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err == nil {
+		t.Fatal("a second Start was allowed")
+	}
+	deadline := time.After(5 * time.Second)
+	for settled := false; !settled; {
+		select {
+		case rec := <-sweeps:
+			settled = rec.Unrecorded == 1
+		case <-deadline:
+			t.Fatal("the service did not settle the call")
+		}
+	}
+	r.Stop()
+	if d := b.Detail(t, op.ID); d.DomainOutcome != operations.OutcomeUnknown || d.Reconciliation == nil || d.Reconciliation.Reason != operations.ReasonCallUnrecorded {
+		t.Fatalf("outcome %s item %+v", d.DomainOutcome, d.Reconciliation)
+	}
+	n := len(sweeps)
+	time.Sleep(60 * time.Millisecond)
+	if len(sweeps) != n {
+		t.Fatal("sweeps went on after Stop")
+	}
+}

@@ -492,7 +492,7 @@ func (s *Service) callSync(ctx context.Context, op Operation, wf *config.Workflo
 		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, BuildEnvelope(out, wf.Server, "", wf.KeepResult, &started, s.cfg.Now()), SourceCreate); err != nil {
 			log.Error("record sync error", "err", err)
 		}
-		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "failed", "synchronous call answered with an error: "+sanitize(rpc.Message, 200))
+		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "failed", fmt.Sprintf("synchronous call answered with a JSON-RPC error %d: %s", rpc.Code, sanitize(rpc.Message, 200)))
 		return true
 	case httpStatusOf(err) != 0:
 		// The server answered with an HTTP error: a 4xx refused the call before it ran; after a

@@ -98,3 +98,21 @@ func TestWorkThatNeverRanIsNotRun(t *testing.T) {
 		t.Fatalf("list not_run: %+v %v", page.Operations, err)
 	}
 }
+
+// A synchronous call answered with a JSON-RPC error is recorded with its code and text.
+func TestSyncCallJSONRPCErrorIsRecordedWithCodeAndText(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{})
+	res := b.Start(t, "lookup", "rpc-1", `{"outcome": "rpc_error", "error_code": -32001, "text": "ledger closed for the night"}`)
+	d := b.Detail(t, res.Response.OperationID)
+	if d.Envelope == nil || d.Envelope.ErrorCode == nil || *d.Envelope.ErrorCode != -32001 || !strings.Contains(d.Envelope.Preview, "ledger closed") {
+		t.Fatalf("envelope %+v", d.Envelope)
+	}
+	found := false
+	for _, e := range d.Timeline {
+		found = found || (e.State == "failed" && strings.Contains(e.Message, "-32001") && strings.Contains(e.Message, "ledger closed"))
+	}
+	if !found || d.Reconciliation != nil {
+		t.Fatalf("timeline %+v item %+v", d.Timeline, d.Reconciliation)
+	}
+}
