@@ -17,6 +17,7 @@ import (
 	"github.com/taskgate/taskgate/examples"
 	"github.com/taskgate/taskgate/gates"
 	"github.com/taskgate/taskgate/internal/pgtest"
+	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/reconcile"
 )
 
@@ -42,6 +43,8 @@ type testEnv struct {
 	http  *httptest.Server
 	// URL is the console's base URL.
 	URL string
+	// flags is the flag service withRollout gives the console (nil before).
+	flags *killswitch.Service
 	// users by label: viewer, operator, support, admin (all tenants); acme-viewer, acme-admin,
 	// globex-viewer (one tenant each).
 	users map[string]testUser

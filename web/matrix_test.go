@@ -59,7 +59,17 @@ var routeAccess = map[string]string{
 	"GET /gates/{id}":              "viewer",
 	"POST /gates/run":              "operator",
 	"GET /events":                  "viewer",
-	"POST /signout":                "viewer",
+
+	"GET /flags":                          "viewer",
+	"GET /killswitch":                     "viewer",
+	"POST /flags":                         "operator",
+	"POST /flags/revert":                  "operator",
+	"POST /killswitch/engage":             "operator",
+	"POST /killswitch/release":            "operator",
+	"POST /killswitch/approve":            "operator",
+	"POST /ofrep/v1/evaluate/flags":       "token",
+	"POST /ofrep/v1/evaluate/flags/{key}": "token",
+	"POST /signout":                       "viewer",
 
 	"GET /admin/accounts":                      "admin",
 	"POST /admin/accounts":                     "admin",

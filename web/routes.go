@@ -34,6 +34,9 @@ func (s *Server) routes() http.Handler {
 		r.Get("/whoami", s.handleWhoAmI)
 		s.mountOperationsAPI(r) // api_operations.go: operations, openapi.json
 	})
+	// OFREP (killswitch.OFREP): flags for applications' OpenFeature SDKs, by API token.
+	r.Post("/ofrep/v1/evaluate/flags", s.handleOFREP)
+	r.Post("/ofrep/v1/evaluate/flags/{key}", s.handleOFREP)
 
 	// Console: a signed-in account of any role (viewer and up) unless a group says more.
 	// Handlers call s.allowTenant for everything that belongs to a tenant.
@@ -58,6 +61,13 @@ func (s *Server) routes() http.Handler {
 		r.Get("/gates/{id}", s.handleGateRun) // gates.go: one run's cases, evidence and deviations
 		r.With(s.requireRole(auth.RoleOperator)).Post("/gates/run", s.handleStartGate)
 		r.Get("/events", s.handleEvents)
+		r.Get("/flags", s.handleFlags)           // flags.go: every flag, history, preview, export
+		r.Get("/killswitch", s.handleKillSwitch) // killswitch.go: switches and their drain
+		r.With(s.requireRole(auth.RoleOperator)).Post("/flags", s.handlePutFlag)
+		r.With(s.requireRole(auth.RoleOperator)).Post("/flags/revert", s.handleRevertFlag)
+		r.With(s.requireRole(auth.RoleOperator)).Post("/killswitch/engage", s.handleEngage)
+		r.With(s.requireRole(auth.RoleOperator)).Post("/killswitch/release", s.handleRelease)
+		r.With(s.requireRole(auth.RoleOperator)).Post("/killswitch/approve", s.handleApproveRelease)
 		r.Post("/signout", s.handleSignOut)
 
 		// Admin: accounts and API tokens.

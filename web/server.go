@@ -18,6 +18,7 @@ import (
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/gates"
+	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/reconcile"
 	"github.com/taskgate/taskgate/rollout"
@@ -77,6 +78,10 @@ type Deps struct {
 	Reconcile *reconcile.Store
 	// Gates keeps gate runs and the repeat queue (nil: the gates page says none are stored).
 	Gates *gates.Store
+	// Flags are the feature flags and kill switches (nil: their pages and OFREP are off).
+	Flags *killswitch.Service
+	// KillSwitchFourEyes makes a kill switch release wait for a second operator's approval.
+	KillSwitchFourEyes bool
 }
 
 // Server is the console's HTTP handler.

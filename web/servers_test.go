@@ -47,7 +47,7 @@ func withRollout(t *testing.T, e *testEnv) *manifests.Prober {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps.Manifests, deps.Prober, deps.Router = mstore, prober, router
+	deps.Manifests, deps.Prober, deps.Router, deps.Flags = mstore, prober, router, flags
 	deps.Registry = prometheus.NewRegistry()
 	srv, err := NewServer(deps)
 	if err != nil {
@@ -56,7 +56,7 @@ func withRollout(t *testing.T, e *testEnv) *manifests.Prober {
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	t.Cleanup(srv.CloseStreams)
-	e.URL = ts.URL
+	e.URL, e.flags = ts.URL, flags
 	return prober
 }
 

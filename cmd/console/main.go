@@ -84,6 +84,8 @@ Commands:
   gates      run the gate suites against a server: gates run --server NAME|URL
   users      console accounts: add, list, disable, enable, reset-password
   tokens     API tokens for applications: create, list, revoke
+  flags      feature flags as a flagd JSON file: import FILE --reason WHY, export [FILE]
+  kill       the kill switch: engage|release --workflow W|--server S|--all --reason WHY
   version    print the build
 
 Run "console COMMAND --help" for a command's options.
@@ -124,6 +126,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return runUsers(ctx, args, getenv, stdout)
 	case "tokens":
 		return runTokens(ctx, args, getenv, stdout)
+	case "flags":
+		return runFlags(ctx, args, getenv, stdout)
+	case "kill":
+		return runKill(ctx, args, getenv, stdout)
 	case "version":
 		fmt.Fprintln(stdout, "taskgate", buildVersion())
 		return nil

@@ -276,6 +276,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Operations:   ops,
 		Reconcile:    recStore,
 		Gates:        gateStore,
+		Flags:        flags,
+		// A kill switch release waits for a second operator when this is set.
+		KillSwitchFourEyes: getenv("TASKGATE_KILL_RELEASE_FOUR_EYES") == "1",
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {
 			if err := db.Pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database unreachable: %w", err)

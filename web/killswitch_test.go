@@ -1,0 +1,121 @@
+package web
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/taskgate/taskgate/killswitch"
+	"github.com/taskgate/taskgate/rollout"
+)
+
+func TestKillSwitchPageEngageConfirmRelease(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	withRollout(t, e)
+	res, body := e.do(t, "viewer", http.MethodGet, "/killswitch", nil)
+	if res.StatusCode != 200 || !strings.Contains(body, `data-testid="switch-kill-switch:global"`) || !strings.Contains(body, `data-testid="drain-gauge"`) {
+		t.Fatalf("viewer page %d:\n%s", res.StatusCode, body)
+	}
+	if strings.Contains(body, `data-testid="engage-form"`) {
+		t.Error("a viewer is offered the engage form")
+	}
+	form := url.Values{"scope": {"workflow"}, "name": {"refund"}, "reason": {"bad deploy"}}
+	if res, _ := e.do(t, "viewer", http.MethodPost, "/killswitch/engage", cloneForm(form)); res.StatusCode != http.StatusForbidden {
+		t.Errorf("viewer engage: %d", res.StatusCode)
+	}
+	noCSRF := url.Values{"scope": {"workflow"}, "name": {"refund"}, "reason": {"x"}, csrfField: {"forged"}}
+	if res, _ := e.do(t, "operator", http.MethodPost, "/killswitch/engage", noCSRF); res.StatusCode != http.StatusForbidden {
+		t.Errorf("engage with a forged CSRF token: %d", res.StatusCode)
+	}
+	if res, _ := e.do(t, "operator", http.MethodPost, "/killswitch/engage", url.Values{"scope": {"workflow"}, "name": {"refund"}}); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("engage without a reason: %d", res.StatusCode)
+	}
+	if res, _ := e.do(t, "operator", http.MethodPost, "/killswitch/engage", url.Values{"scope": {"workflow"}, "name": {"nope"}, "reason": {"x"}}); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("engage of an unknown workflow: %d", res.StatusCode)
+	}
+	// The first POST only asks for confirmation, saying what drains and what new starts get.
+	res, body = e.do(t, "operator", http.MethodPost, "/killswitch/engage", form)
+	if res.StatusCode != 200 || !strings.Contains(body, `data-testid="engage-confirm"`) || !strings.Contains(body, "0 running Tasks will drain") ||
+		!strings.Contains(body, "New operations get: refused (refund)") {
+		t.Fatalf("confirmation %d:\n%s", res.StatusCode, body)
+	}
+	if v := e.flags.Check(t.Context(), startOf("refund")); v.Blocked {
+		t.Fatal("asking for confirmation engaged the switch")
+	}
+	form.Set("confirm", "yes")
+	res, body = e.do(t, "operator", http.MethodPost, "/killswitch/engage", form)
+	if res.StatusCode != 200 || !strings.Contains(body, "kill-switch:workflow:refund engaged") {
+		t.Fatalf("engage %d:\n%s", res.StatusCode, body)
+	}
+	if v := e.flags.Check(t.Context(), startOf("refund")); !v.Blocked || v.Switch != "kill-switch:workflow:refund" {
+		t.Fatalf("after engage: %+v", v)
+	}
+	if res, _ := e.do(t, "operator", http.MethodPost, "/killswitch/release", url.Values{"scope": {"workflow"}, "name": {"refund"}}); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("release without a reason: %d", res.StatusCode)
+	}
+	res, body = e.do(t, "operator", http.MethodPost, "/killswitch/release", url.Values{"scope": {"workflow"}, "name": {"refund"}, "reason": {"fixed"}})
+	if res.StatusCode != 200 || !strings.Contains(body, "released") {
+		t.Fatalf("release %d:\n%s", res.StatusCode, body)
+	}
+	if v := e.flags.Check(t.Context(), startOf("refund")); v.Blocked {
+		t.Fatalf("after release: %+v", v)
+	}
+	engaged := 0
+	for _, r := range e.auditRows(t) {
+		if r.Action == "killswitch.engage" && r.Reason == "bad deploy" {
+			engaged++
+		}
+	}
+	if engaged != 1 {
+		t.Errorf("audited engagements: %d", engaged)
+	}
+}
+
+func TestFlagsPageChangePreviewRevert(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	withRollout(t, e)
+	def := `{"state":"ENABLED","variants":{"on":true,"off":false},"defaultVariant":"off","targeting":{"if":[{"starts_with":[{"var":"tenant"},"ac"]},"on",null]}}`
+	form := url.Values{"key": {"beta"}, "definition": {def}, "reason": {"try"}}
+	if res, _ := e.do(t, "viewer", http.MethodPost, "/flags", cloneForm(form)); res.StatusCode != http.StatusForbidden {
+		t.Errorf("viewer change: %d", res.StatusCode)
+	}
+	if res, body := e.do(t, "operator", http.MethodPost, "/flags", url.Values{"key": {"beta"}, "definition": {`{"state":"ON"}`}, "reason": {"x"}}); res.StatusCode != 400 || !strings.Contains(body, "state must be") {
+		t.Errorf("malformed: %d", res.StatusCode)
+	}
+	if res, body := e.do(t, "operator", http.MethodPost, "/flags", form); res.StatusCode != 200 || !strings.Contains(body, "Flag beta saved") {
+		t.Fatalf("save %d:\n%s", res.StatusCode, body)
+	}
+	res, body := e.do(t, "viewer", http.MethodGet, "/flags?tenant=acme&workflow=refund&server=demo", nil)
+	if res.StatusCode != 200 || !strings.Contains(body, `data-testid="preview-results"`) || !strings.Contains(body, "TARGETING_MATCH") {
+		t.Fatalf("preview %d:\n%s", res.StatusCode, body)
+	}
+	hist, err := e.flags.Store().History(t.Context(), "beta", 5)
+	if err != nil || len(hist) != 1 {
+		t.Fatalf("history %v %v", hist, err)
+	}
+	res, _ = e.do(t, "operator", http.MethodPost, "/flags/revert", url.Values{"change": {idText(hist[0].ID)}, "reason": {"undo"}})
+	if res.StatusCode != 200 {
+		t.Fatalf("revert: %d", res.StatusCode)
+	}
+	if r := e.flags.Evaluate("beta", nil); r.ErrorCode != killswitch.ErrorFlagNotFound {
+		t.Errorf("after reverting the creation: %+v", r)
+	}
+}
+
+func startOf(workflow string) rollout.StartCheck {
+	return rollout.StartCheck{Workflow: workflow, Server: "demo", Tenant: "acme"}
+}
+
+func idText(n int64) string { return strconv.FormatInt(n, 10) }
+
+func cloneForm(f url.Values) url.Values {
+	out := url.Values{}
+	for k, v := range f {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
