@@ -28,6 +28,11 @@ var (
 	// ErrSignInFailed is the only error a failed sign-in returns: wrong password, unknown or
 	// disabled account and lockout all look the same to the caller.
 	ErrSignInFailed = errors.New("auth: sign-in failed")
+	// ErrThrottled means sign-in from this client address is waiting after repeated failures
+	// (see ThrottledError for how long). Unknown accounts are throttled the same way.
+	ErrThrottled = errors.New("auth: sign-in paused after repeated failures")
+	// ErrBusy means too many password checks are already running; try again shortly.
+	ErrBusy = errors.New("auth: too many sign-ins at once")
 	// ErrNoSession means the session cookie is missing, unknown, expired or its account disabled.
 	ErrNoSession = errors.New("auth: no valid session")
 	// ErrBadToken means an API token is malformed, unknown or revoked.

@@ -24,13 +24,23 @@ type Options struct {
 	SessionTTL time.Duration
 	// SessionIdle ends a session unused for this long (default 1 h).
 	SessionIdle time.Duration
-	// MaxFailures is how many failed sign-ins per email within Window lock it (default 5); the
-	// limit per client address is four times as many.
+	// MaxFailures is how many failed sign-ins one client address may make against one email
+	// within Window before each further attempt waits (default 3); the address over every email
+	// gets four times as many. No number of failures locks an account for everyone.
 	MaxFailures int
 	// Window is the period failures are counted over (default 15 min).
 	Window time.Duration
-	// LockFor is how long a lock lasts (default 15 min).
-	LockFor time.Duration
+	// BaseDelay is the first wait once MaxFailures is reached; every further failure doubles it
+	// (default 2 s).
+	BaseDelay time.Duration
+	// MaxDelay caps the wait (default 15 min).
+	MaxDelay time.Duration
+	// MaxHashes is how many password hashes may run at once (default 2); each takes the hash's
+	// Memory. More sign-ins queue.
+	MaxHashes int
+	// HashWait is how long a sign-in queues for a hash before it is refused with ErrBusy
+	// (default 5 s).
+	HashWait time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -46,13 +56,22 @@ func (o *Options) defaults() {
 		o.SessionIdle = time.Hour
 	}
 	if o.MaxFailures <= 0 {
-		o.MaxFailures = 5
+		o.MaxFailures = 3
 	}
 	if o.Window <= 0 {
 		o.Window = 15 * time.Minute
 	}
-	if o.LockFor <= 0 {
-		o.LockFor = 15 * time.Minute
+	if o.BaseDelay <= 0 {
+		o.BaseDelay = 2 * time.Second
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 15 * time.Minute
+	}
+	if o.MaxHashes <= 0 {
+		o.MaxHashes = 2
+	}
+	if o.HashWait <= 0 {
+		o.HashWait = 5 * time.Second
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -64,12 +83,40 @@ type Store struct {
 	pool      *pgxpool.Pool
 	opt       Options
 	dummyHash string
+	// hashes holds one token per password hash running; its capacity is Options.MaxHashes.
+	hashes chan struct{}
 }
 
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool, opt Options) *Store {
 	opt.defaults()
-	return &Store{pool: pool, opt: opt, dummyHash: HashPassword("not a password", opt.Hash)}
+	return &Store{pool: pool, opt: opt, dummyHash: HashPassword("not a password", opt.Hash),
+		hashes: make(chan struct{}, opt.MaxHashes)}
+}
+
+// withHashSlot runs f once fewer than Options.MaxHashes hashes are running, waiting at most
+// Options.HashWait; it returns ErrBusy when the wait runs out and the context's error when the
+// request goes away first. It bounds the memory argon2id takes however many sign-ins arrive.
+func (s *Store) withHashSlot(ctx context.Context, f func()) error {
+	t := time.NewTimer(s.opt.HashWait)
+	defer t.Stop()
+	select {
+	case s.hashes <- struct{}{}:
+	case <-t.C:
+		return ErrBusy
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.hashes }()
+	f()
+	return nil
+}
+
+// hashPassword is HashPassword under the store's hash bound.
+func (s *Store) hashPassword(ctx context.Context, password string) (string, error) {
+	var h string
+	err := s.withHashSlot(ctx, func() { h = HashPassword(password, s.opt.Hash) })
+	return h, err
 }
 
 // Account is a console account.
@@ -82,6 +129,9 @@ type Account struct {
 	CreatedAt time.Time
 	// HasPassword is false for accounts that can only sign in through a trusted proxy.
 	HasPassword bool
+	// MustChangePassword is true while the account's password is one that was printed (a new
+	// account or a reset): the next sign-in may only change it.
+	MustChangePassword bool
 }
 
 // Principal returns the account as a request's principal.
@@ -105,12 +155,12 @@ func auditTenant(s Scope) string {
 	return ""
 }
 
-const accountCols = `id, email, role, all_tenants, tenants, disabled_at IS NOT NULL, created_at, password_hash IS NOT NULL`
+const accountCols = `id, email, role, all_tenants, tenants, disabled_at IS NOT NULL, created_at, password_hash IS NOT NULL, must_change_password`
 
 func scanAccount(row pgx.Row) (Account, error) {
 	var a Account
 	var role string
-	err := row.Scan(&a.ID, &a.Email, &role, &a.Scope.All, &a.Scope.Tenants, &a.Disabled, &a.CreatedAt, &a.HasPassword)
+	err := row.Scan(&a.ID, &a.Email, &role, &a.Scope.All, &a.Scope.Tenants, &a.Disabled, &a.CreatedAt, &a.HasPassword, &a.MustChangePassword)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Account{}, ErrNotFound
 	}
@@ -178,14 +228,18 @@ func (s *Store) CreateAccount(ctx context.Context, by audit.Actor, byScope Scope
 	var hash *string
 	if !in.NoPassword {
 		password = GeneratePassword()
-		h := HashPassword(password, s.opt.Hash)
+		h, err := s.hashPassword(ctx, password)
+		if err != nil {
+			return Account{}, "", err
+		}
 		hash = &h
 	}
 	var a Account
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		all, tenants := in.Scope.SQL()
 		a, err = scanAccount(tx.QueryRow(ctx, `
-			INSERT INTO accounts (email, role, all_tenants, tenants, password_hash) VALUES ($1, $2, $3, $4, $5)
+			INSERT INTO accounts (email, role, all_tenants, tenants, password_hash, must_change_password)
+			VALUES ($1, $2, $3, $4, $5::text, $5::text IS NOT NULL)
 			RETURNING `+accountCols, email, string(in.Role), all, tenants, hash))
 		if err != nil {
 			var pe *pgconn.PgError
@@ -278,19 +332,23 @@ func (s *Store) SetDisabled(ctx context.Context, by audit.Actor, byScope Scope, 
 	})
 }
 
-// ResetPassword gives account id a new one-time password, ends its sessions and lifts any lock
-// on its email; it returns the password.
+// ResetPassword gives account id a new one-time password, which must be changed at the next
+// sign-in, ends its sessions and lifts any sign-in delays on its email; it returns the password.
 func (s *Store) ResetPassword(ctx context.Context, by audit.Actor, byScope Scope, id int64) (Account, string, error) {
 	password := GeneratePassword()
-	hash := HashPassword(password, s.opt.Hash)
+	hash, err := s.hashPassword(ctx, password)
+	if err != nil {
+		return Account{}, "", err
+	}
 	a, err := s.changeAccount(ctx, by, byScope, id, "account.reset_password", func(tx pgx.Tx, a Account) (Account, error) {
 		if _, err := tx.Exec(ctx, `DELETE FROM sessions WHERE account_id = $1`, id); err != nil {
 			return a, err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM signin_throttle WHERE key = $1`, emailKey(a.Email)); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM signin_throttle WHERE key LIKE $1`, pairKeyPrefix(a.Email)+"%"); err != nil {
 			return a, err
 		}
-		return scanAccount(tx.QueryRow(ctx, `UPDATE accounts SET password_hash = $2, updated_at = now() WHERE id = $1 RETURNING `+accountCols, id, hash))
+		return scanAccount(tx.QueryRow(ctx, `UPDATE accounts SET password_hash = $2, must_change_password = true, updated_at = now()
+			WHERE id = $1 RETURNING `+accountCols, id, hash))
 	})
 	if err != nil {
 		return Account{}, "", err
@@ -319,8 +377,21 @@ func (s *Store) SetRole(ctx context.Context, by audit.Actor, byScope Scope, id i
 }
 
 // EnsureAccount creates the account or, when it exists, sets its role and scope, enables it and
-// gives it a new password; it returns the one-time password. The demo uses it at every start.
+// gives it a new password; it returns the password. The demo uses it at every start: its
+// passwords are new at every start, so they need not be changed at sign-in.
 func (s *Store) EnsureAccount(ctx context.Context, by audit.Actor, in NewAccount) (Account, string, error) {
+	a, pw, err := s.ensureAccount(ctx, by, in)
+	if err != nil {
+		return a, pw, err
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE accounts SET must_change_password = false WHERE id = $1`, a.ID); err != nil {
+		return Account{}, "", fmt.Errorf("ensure account %s: %w", a.Email, err)
+	}
+	a.MustChangePassword = false
+	return a, pw, nil
+}
+
+func (s *Store) ensureAccount(ctx context.Context, by audit.Actor, in NewAccount) (Account, string, error) {
 	a, pw, err := s.CreateAccount(ctx, by, AllTenants, in)
 	if !errors.Is(err, ErrExists) {
 		return a, pw, err

@@ -19,7 +19,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -48,7 +47,9 @@ type TrustedProxy struct {
 	// Header names the request header holding the signed-in user's email
 	// (e.g. X-Forwarded-Email). Empty disables trusted-header sign-in.
 	Header string
-	// Proxies are the addresses the proxy connects from.
+	// Proxies are the addresses the proxy connects from. Their X-Forwarded-For gives the client
+	// address (sign-in throttling) and their X-Forwarded-Proto: https makes cookies Secure,
+	// whether or not Header is set.
 	Proxies []netip.Prefix
 }
 
@@ -151,17 +152,12 @@ func (s *Server) proxyUser(r *http.Request) string {
 	if v == "" {
 		return ""
 	}
-	addr, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return ""
-	}
-	for _, p := range tp.Proxies {
-		if p.Contains(addr.Addr().Unmap()) {
-			return v
-		}
+	addr := peerAddr(r)
+	if s.fromTrustedProxy(addr) {
+		return v
 	}
 	s.deps.Logger.WarnContext(r.Context(), "trusted-proxy header from an untrusted address ignored",
-		"remote", addr.Addr().String(), "request_id", requestID(r.Context()))
+		"remote", addr.String(), "request_id", requestID(r.Context()))
 	return ""
 }
 
@@ -177,14 +173,21 @@ func (s *Server) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.secure(r)})
 }
 
-// secure reports whether cookies must be Secure: served over TLS, or told so by Deps.
-func (s *Server) secure(r *http.Request) bool { return r.TLS != nil || s.deps.SecureCookies }
-
 // requireSignIn refuses anonymous requests: a page request is sent to the sign-in page, anything
 // else (forms, htmx and event streams) gets 401.
 func (s *Server) requireSignIn(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p, ok := PrincipalFrom(r.Context()); ok && p.Kind == auth.KindAccount {
+			if sess, _ := sessionFrom(r.Context()); sess.PasswordChangeRequired && r.URL.Path != passwordPath && r.URL.Path != "/signout" {
+				// A printed password only lets its holder choose a new one.
+				if r.Method == http.MethodGet && r.Header.Get("HX-Request") == "" {
+					http.Redirect(w, r, passwordPath+"?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+					return
+				}
+				w.Header().Set("Cache-Control", "no-store")
+				http.Error(w, "choose a new password first", http.StatusForbidden)
+				return
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -218,8 +221,9 @@ func (s *Server) requireRole(roles ...auth.Role) func(http.Handler) http.Handler
 }
 
 // allowTenant reports whether the request's principal may read or act on something that
-// belongs to tenant. When it may not, the refusal is already written — 404 for reads (so the
-// thing's existence is not revealed), 403 for actions — and the handler must return:
+// belongs to tenant. When it may not, the refusal is already written — 404 for reads and
+// actions alike, the answer a missing id gets, so another tenant's ids cannot be probed — and
+// the handler must return:
 //
 //	if !s.allowTenant(w, r, op.Tenant) {
 //		return
@@ -231,15 +235,11 @@ func (s *Server) allowTenant(w http.ResponseWriter, r *http.Request, tenant stri
 	if principal(r).Allows(tenant) {
 		return true
 	}
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		if strings.HasPrefix(r.URL.Path, "/api/") {
-			http.Error(w, "not found", http.StatusNotFound)
-			return false
-		}
-		s.handleNotFound(w, r)
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		http.Error(w, "not found", http.StatusNotFound)
 		return false
 	}
-	s.forbidden(w, r, "That tenant is outside your scope.")
+	s.handleNotFound(w, r)
 	return false
 }
 
@@ -318,9 +318,8 @@ func (s *Server) authError(w http.ResponseWriter, r *http.Request, err error) bo
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, auth.ErrOutOfScope):
-		s.forbidden(w, r, "That is outside your tenant scope.")
-	case errors.Is(err, auth.ErrNotFound):
+	case errors.Is(err, auth.ErrOutOfScope), errors.Is(err, auth.ErrNotFound):
+		// The same answer for another tenant's id as for a missing one.
 		s.handleNotFound(w, r)
 	default:
 		s.serverError(w, r, err)
@@ -332,13 +331,4 @@ func randomString() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// clientAddr is the request's peer address without the port, the key sign-in throttling uses.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }

@@ -105,6 +105,10 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 		}
 		e.users[u.Label] = testUser{Account: a, Password: pw, Session: sess}
 	}
+	// The test accounts sign in with their printed passwords without changing them first.
+	if _, err := pool.Exec(ctx, `UPDATE accounts SET must_change_password = false`); err != nil {
+		t.Fatal(err)
+	}
 	for _, tenant := range []string{"acme", "globex"} {
 		tok, secret, err := e.auth.CreateToken(ctx, sys, auth.AllTenants, tenant+"-app", auth.TenantScope(tenant))
 		if err != nil {

@@ -18,7 +18,6 @@ import (
 var routeAccess = map[string]string{
 	"GET /healthz":  "public",
 	"GET /readyz":   "public",
-	"GET /metrics":  "public",
 	"GET /static/*": "public",
 	"GET /signin":   "public",
 	"POST /signin":  "public",
@@ -70,6 +69,8 @@ var routeAccess = map[string]string{
 	"POST /ofrep/v1/evaluate/flags":       "token",
 	"POST /ofrep/v1/evaluate/flags/{key}": "token",
 	"POST /signout":                       "viewer",
+	"GET /account/password":               "viewer",
+	"POST /account/password":              "viewer",
 
 	"GET /admin/accounts":                      "admin",
 	"POST /admin/accounts":                     "admin",

@@ -108,10 +108,11 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if route == "" {
 			route = "unmatched"
 		}
-		s.metrics.requests.WithLabelValues(r.Method, route, strconv.Itoa(rec.status)).Inc()
-		s.metrics.duration.WithLabelValues(r.Method, route).Observe(elapsed.Seconds())
+		method := metricMethod(r.Method)
+		s.metrics.requests.WithLabelValues(method, route, strconv.Itoa(rec.status)).Inc()
+		s.metrics.duration.WithLabelValues(method, route).Observe(elapsed.Seconds())
 		s.deps.Logger.LogAttrs(r.Context(), levelFor(rec.status), "http request",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", route),
+			slog.String("method", method), slog.String("path", r.URL.Path), slog.String("route", route),
 			slog.Int("status", rec.status), slog.Int("bytes", rec.bytes), slog.Duration("elapsed", elapsed),
 			slog.String("request_id", requestID(r.Context())))
 	})
@@ -162,6 +163,17 @@ func cacheStatic(next http.Handler) http.Handler {
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// metricMethod bounds the method label to the methods HTTP defines; anything else is "other",
+// so invented methods cannot grow the number of series.
+func metricMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
+		http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
 }
 
 type httpMetrics struct {

@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/taskgate/taskgate/auth"
 )
@@ -17,14 +16,16 @@ import (
 // missing from that table.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.withRequestID, s.recoverPanics, s.logRequests, securityHeaders, limitBodies, s.crossOrigin, s.loadSession)
+	r.Use(s.withRequestID, s.recoverPanics, s.logRequests, securityHeaders, limitBodies, s.bodyDeadline, s.crossOrigin, s.loadSession)
 
 	// Public: no sign-in.
 	static, _ := fs.Sub(staticFS, "static")
 	r.Handle("/static/*", http.StripPrefix("/static/", cacheStatic(http.FileServerFS(static))))
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
-	r.Handle("/metrics", promhttp.HandlerFor(s.deps.Registry, promhttp.HandlerOpts{Registry: s.deps.Registry}))
+	if s.deps.MetricsToken != "" {
+		r.Handle("/metrics", s.requireMetricsToken(s.MetricsHandler())) // health.go
+	}
 	r.Get("/signin", s.handleSignInForm)
 	r.Post("/signin", s.handleSignIn)
 
@@ -60,7 +61,6 @@ func (s *Server) routes() http.Handler {
 		r.Get("/gates", s.handleGates)        // gates.go: runs per server and workflow, the repeat queue
 		r.Get("/gates/{id}", s.handleGateRun) // gates.go: one run's cases, evidence and deviations
 		r.With(s.requireRole(auth.RoleOperator)).Post("/gates/run", s.handleStartGate)
-		r.Get("/events", s.handleEvents)
 		r.Get("/flags", s.handleFlags)           // flags.go: every flag, history, preview, export
 		r.Get("/killswitch", s.handleKillSwitch) // killswitch.go: switches and their drain
 		r.With(s.requireRole(auth.RoleOperator)).Post("/flags", s.handlePutFlag)
@@ -68,6 +68,9 @@ func (s *Server) routes() http.Handler {
 		r.With(s.requireRole(auth.RoleOperator)).Post("/killswitch/engage", s.handleEngage)
 		r.With(s.requireRole(auth.RoleOperator)).Post("/killswitch/release", s.handleRelease)
 		r.With(s.requireRole(auth.RoleOperator)).Post("/killswitch/approve", s.handleApproveRelease)
+		r.Get("/events", s.limitStreams(s.handleEvents)) // limits.go: streams per session and in total
+		r.Get(passwordPath, s.handlePasswordForm)        // password.go: change one's own password
+		r.Post(passwordPath, s.handleChangePassword)
 		r.Post("/signout", s.handleSignOut)
 
 		// Admin: accounts and API tokens.

@@ -64,8 +64,19 @@ type Deps struct {
 	// Header is empty).
 	TrustedProxy TrustedProxy
 	// SecureCookies marks cookies Secure even when the request did not arrive over TLS (set it
-	// behind a TLS-terminating proxy).
+	// behind a TLS-terminating proxy). Without it they are Secure when a trusted proxy's
+	// X-Forwarded-Proto says https.
 	SecureCookies bool
+	// MetricsToken, when set, serves /metrics on the console's address to callers presenting
+	// it as a bearer token. Unset, the console's address does not serve /metrics: serve
+	// MetricsHandler on a listen address of its own.
+	MetricsToken string
+	// BodyReadTimeout is how long a request may take to send its body (default 30 s).
+	BodyReadTimeout time.Duration
+	// StreamsPerSession and StreamsTotal cap the open live-update streams (defaults 8 and
+	// 512); past a cap a new stream is answered 429.
+	StreamsPerSession int
+	StreamsTotal      int
 	// Manifests keeps capability manifests and probes (nil: the servers pages show none).
 	Manifests *manifests.Store
 	// Prober probes a server on demand ("probe now"); nil hides the action.
@@ -90,6 +101,7 @@ type Server struct {
 	metrics *httpMetrics
 	handler http.Handler
 	events  *broker
+	streams streamLimiter
 }
 
 // NewServer builds the console's handler with every route in routes.go.
@@ -105,6 +117,15 @@ func NewServer(deps Deps) (*Server, error) {
 	}
 	if deps.StreamCheck <= 0 {
 		deps.StreamCheck = defaultStreamCheck
+	}
+	if deps.BodyReadTimeout <= 0 {
+		deps.BodyReadTimeout = defaultBodyReadTimeout
+	}
+	if deps.StreamsPerSession <= 0 {
+		deps.StreamsPerSession = defaultStreamsPerSession
+	}
+	if deps.StreamsTotal <= 0 {
+		deps.StreamsTotal = defaultStreamsTotal
 	}
 	if deps.Ready == nil {
 		return nil, errors.New("web: Deps.Ready is required")

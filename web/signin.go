@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/taskgate/taskgate/auth"
@@ -54,18 +55,39 @@ func (s *Server) handleSignIn(w http.ResponseWriter, r *http.Request) {
 	}
 	email := strings.TrimSpace(r.PostFormValue("email"))
 	next := safeNext(r.PostFormValue("next"))
-	sess, err := s.deps.Auth.SignIn(r.Context(), email, r.PostFormValue("password"), clientAddr(r), requestID(r.Context()))
-	if errors.Is(err, auth.ErrSignInFailed) {
+	sess, err := s.deps.Auth.SignIn(r.Context(), email, r.PostFormValue("password"), s.clientAddr(r), requestID(r.Context()))
+	var throttled *auth.ThrottledError
+	switch {
+	case errors.Is(err, auth.ErrSignInFailed):
 		s.deps.Logger.InfoContext(r.Context(), "sign-in failed", "request_id", requestID(r.Context()))
 		s.renderSignIn(w, r, http.StatusUnauthorized, SignInView{Email: email, Next: next, Error: signInFailed})
 		return
-	}
-	if err != nil {
+	case errors.As(err, &throttled):
+		s.deps.Logger.InfoContext(r.Context(), "sign-in throttled", "request_id", requestID(r.Context()))
+		w.Header().Set("Retry-After", retryAfter(throttled.RetryAfter))
+		s.renderSignIn(w, r, http.StatusTooManyRequests, SignInView{Email: email, Next: next,
+			Error: "Too many failed sign-ins from your address. Try again in " + throttled.RetryAfter.Round(time.Second).String() + "."})
+		return
+	case errors.Is(err, auth.ErrBusy):
+		w.Header().Set("Retry-After", "5")
+		s.renderSignIn(w, r, http.StatusServiceUnavailable, SignInView{Email: email, Next: next,
+			Error: "The console is busy with other sign-ins. Try again in a few seconds."})
+		return
+	case err != nil:
 		s.serverError(w, r, err)
 		return
 	}
 	s.setSessionCookie(w, r, sess)
 	http.SetCookie(w, &http.Cookie{Name: signinCookie, Value: "", Path: "/signin", MaxAge: -1})
+	if sess.PasswordChangeRequired {
+		next = passwordPath + "?next=" + url.QueryEscape(next)
+	}
+	if f := sess.FailedSignIns; f.Count > 0 {
+		// The owner hears of the failed attempts before going on.
+		w.Header().Set("Cache-Control", "no-store")
+		s.render(w, r, http.StatusOK, failedSignInsPage(s.page("Failed sign-ins", ""), f, absTime(f.Last), next))
+		return
+	}
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 

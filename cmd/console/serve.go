@@ -44,6 +44,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	demoTraffic := fs.Bool("demo-traffic", false, "start a few demo operations a minute on the embedded demo receiver")
 	recoveryGrace := fs.Duration("recovery-grace", time.Minute, "how long past its budget a call's answer may stay unrecorded before the recovery sweep settles it")
+	metricsAddr := fs.String("metrics-addr", envOr(getenv, "TASKGATE_METRICS_ADDR", defaultMetricsAddr),
+		"listen address of /metrics, apart from the console (env TASKGATE_METRICS_ADDR); \"off\" serves none")
+	secureCookies := fs.Bool("secure-cookies", envBool(getenv, "TASKGATE_SECURE_COOKIES"),
+		"mark cookies Secure, for a TLS-terminating proxy (env TASKGATE_SECURE_COOKIES); without it they are Secure when a trusted proxy sends X-Forwarded-Proto: https")
 	fs.Usage = func() {
 		fmt.Fprintln(stdout, "usage: console serve [OPTIONS]")
 		fmt.Fprintln(stdout, "Runs the console. With no DATABASE_URL it starts a private PostgreSQL cluster in")
@@ -263,6 +267,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer gateQueue.Stop()
 	srv, err := web.NewServer(web.Deps{
+		SecureCookies: *secureCookies,
+		// TASKGATE_METRICS_TOKEN also serves /metrics on the console's address, to callers
+		// presenting it as a bearer token.
+		MetricsToken: strings.TrimSpace(getenv("TASKGATE_METRICS_TOKEN")),
 		Logger:       logger,
 		Registry:     reg,
 		Version:      buildVersion(),
@@ -300,6 +308,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	audit.Listen(lctx, db.Pool, logger, srv.Publish)
 	errc := make(chan error, 1)
 	go func() { errc <- httpSrv.Serve(ln) }()
+	metricsURL, stopMetrics, err := serveMetrics(*metricsAddr, *metricsAddr == defaultMetricsAddr, srv.MetricsHandler(), logger)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "\nTaskgate console ready at %s\n", url)
@@ -309,6 +322,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fmt.Fprintf(stdout, "  policy:   %s (%d workflows)\n", policy.Source, len(policy.Workflows))
 	if demoURL != "" {
 		fmt.Fprintf(stdout, "  demo MCP receiver: %s/mcp\n", demoURL)
+	}
+	if metricsURL != "" {
+		fmt.Fprintf(stdout, "  metrics:  %s/metrics\n", metricsURL)
 	}
 	printDemoAccounts(stdout, demo)
 	fmt.Fprintln(stdout, "  stop with Ctrl-C")
@@ -327,9 +343,44 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	return nil
 }
 
+// defaultMetricsAddr is where /metrics is served unless told otherwise: loopback only.
+const defaultMetricsAddr = "127.0.0.1:9464"
+
+// serveMetrics serves metrics on addr ("off": nowhere) and returns its URL and a stop function.
+// When addr is the default and taken (another console on this host), metrics are skipped with
+// a warning; an address asked for that cannot be had is an error.
+func serveMetrics(addr string, isDefault bool, h http.Handler, logger *slog.Logger) (string, func(), error) {
+	if addr == "" || addr == "off" {
+		return "", func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if isDefault {
+			logger.Warn("metrics not served: the default metrics address is taken; set --metrics-addr", "addr", addr, "err", err)
+			return "", func() {}, nil
+		}
+		return "", nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := newHTTPServer(mux, logger)
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// envBool reads a boolean setting: 1, true, yes or on.
+func envBool(getenv func(string) string, key string) bool {
+	switch strings.ToLower(strings.TrimSpace(getenv(key))) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
 // newHTTPServer is the console's HTTP server: slow or oversized request headers and idle
-// connections are cut off (request bodies are bounded by the console's handler). There is no
-// overall read or write timeout: the live-update streams stay open.
+// connections are cut off; request bodies are bounded in size and in read time by the
+// console's handler. There is no overall read or write timeout: the live-update streams stay
+// open.
 func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,

@@ -31,7 +31,7 @@ func runUsers(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stdout, "       console users list")
 		fmt.Fprintln(stdout, "       console users disable|enable|reset-password EMAIL")
 		fmt.Fprintln(stdout, "Manages console accounts. New and reset passwords are printed once; they are one-time")
-		fmt.Fprintln(stdout, "passwords to hand to their owner.")
+		fmt.Fprintln(stdout, "passwords to hand to their owner, who must choose a new one at the first sign-in.")
 		fmt.Fprintln(stdout, "Options:")
 		fs.PrintDefaults()
 	}
@@ -80,6 +80,7 @@ func runUsers(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintf(stdout, "created %s (%s, tenants %s)\n", a.Email, a.Role, a.Scope)
 		if pw != "" {
 			fmt.Fprintf(stdout, "one-time password: %s\n", pw)
+			fmt.Fprintln(stdout, "it must be changed at the first sign-in")
 		}
 	case "list":
 		list, err := store.Accounts(ctx, auth.AllTenants)
@@ -116,6 +117,7 @@ func runUsers(ctx context.Context, args []string, getenv func(string) string, st
 				return err
 			}
 			fmt.Fprintf(stdout, "one-time password for %s: %s\n", a.Email, pw)
+			fmt.Fprintln(stdout, "it must be changed at the first sign-in")
 		}
 	}
 	return nil
@@ -278,11 +280,9 @@ func printDemoAccounts(w io.Writer, accounts []demoAccount) {
 
 // trustedProxyFromEnv reads TASKGATE_TRUSTED_HEADER and TASKGATE_TRUSTED_PROXIES (addresses or
 // CIDR prefixes, comma-separated). A header without proxies is refused: it would trust anyone.
+// Proxies without a header are trusted for X-Forwarded-For and X-Forwarded-Proto only.
 func trustedProxyFromEnv(getenv func(string) string) (web.TrustedProxy, error) {
 	tp := web.TrustedProxy{Header: strings.TrimSpace(getenv("TASKGATE_TRUSTED_HEADER"))}
-	if tp.Header == "" {
-		return tp, nil
-	}
 	for _, s := range strings.Split(getenv("TASKGATE_TRUSTED_PROXIES"), ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
@@ -297,7 +297,7 @@ func trustedProxyFromEnv(getenv func(string) string) (web.TrustedProxy, error) {
 		}
 		tp.Proxies = append(tp.Proxies, netip.PrefixFrom(a, a.BitLen()))
 	}
-	if len(tp.Proxies) == 0 {
+	if tp.Header != "" && len(tp.Proxies) == 0 {
 		return tp, errors.New("TASKGATE_TRUSTED_HEADER is set but TASKGATE_TRUSTED_PROXIES is empty")
 	}
 	return tp, nil
