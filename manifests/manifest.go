@@ -46,6 +46,14 @@ const (
 // MaxDocument bounds a manifest document accepted by Parse.
 const MaxDocument = 4 << 20
 
+// MaxTools is how many tools a manifest keeps of one server; the rest are counted in
+// DroppedTools. MaxToolName bounds a tool's name (the protocol allows 1 to 128 characters):
+// a longer one is dropped too.
+const (
+	MaxTools    = 500
+	MaxToolName = 128
+)
+
 // Manifest is what one server offered on one fresh session.
 type Manifest struct {
 	// Server is the configured server name ("" for an ad-hoc probe of a URL).
@@ -68,8 +76,11 @@ type Manifest struct {
 	Tasks TaskOps `json:"tasks"`
 	// Extensions lists the keys of capabilities.extensions (extension era), sorted.
 	Extensions []string `json:"extensions,omitempty"`
-	// Tools are the listed tools, sorted by name.
+	// Tools are the listed tools, sorted by name: at most MaxTools.
 	Tools []Tool `json:"tools"`
+	// DroppedTools counts the tools the server listed beyond MaxTools or with an over-long
+	// name; they were not kept.
+	DroppedTools int `json:"droppedTools,omitempty"`
 }
 
 // SessionEvidence identifies the session a manifest was read on without keeping secrets.
@@ -155,7 +166,21 @@ func FromInfo(server string, info mcpclient.ServerInfo, tools []mcpclient.Tool, 
 			Cancel:    caps.TasksCancel,
 		}
 	}
+	kept := make([]mcpclient.Tool, 0, min(len(tools), MaxTools))
 	for _, t := range tools {
+		if len(t.Name) > MaxToolName {
+			m.DroppedTools++
+			continue
+		}
+		kept = append(kept, t)
+	}
+	if len(kept) > MaxTools {
+		// Keep the first by name, so the same listing always keeps the same tools.
+		sort.Slice(kept, func(i, j int) bool { return kept[i].Name < kept[j].Name })
+		m.DroppedTools += len(kept) - MaxTools
+		kept = kept[:MaxTools]
+	}
+	for _, t := range kept {
 		mode := string(t.TaskSupport)
 		if info.Era == mcpclient.EraExtension {
 			mode = ModeServerDecides
@@ -270,6 +295,7 @@ type canonicalForm struct {
 	Tasks           TaskOps         `json:"tasks"`
 	Extensions      []string        `json:"extensions,omitempty"`
 	Tools           []Tool          `json:"tools"`
+	DroppedTools    int             `json:"droppedTools,omitempty"`
 }
 
 // Canonical returns the canonical form: stable JSON with sorted lists and keys, without the
@@ -287,7 +313,7 @@ func (m *Manifest) Canonical() ([]byte, error) {
 	}
 	return json.Marshal(canonicalForm{
 		Era: c.Era, ProtocolVersion: c.ProtocolVersion, ServerName: c.ServerName, ServerVersion: c.ServerVersion,
-		Capabilities: c.Capabilities, Tasks: c.Tasks, Extensions: c.Extensions, Tools: tools,
+		Capabilities: c.Capabilities, Tasks: c.Tasks, Extensions: c.Extensions, Tools: tools, DroppedTools: c.DroppedTools,
 	})
 }
 

@@ -41,6 +41,7 @@ type ServerRow struct {
 	ServerName, Version string
 	TaskOps             string
 	Tools               []ToolRow
+	DroppedTools        int
 	Versions            int64
 	LastSuccess         time.Time
 	ProbeEvery          string
@@ -120,6 +121,7 @@ type VersionRow struct {
 	ServerName, Version string
 	FirstSeen, LastSeen time.Time
 	Tools               []ToolRow
+	DroppedTools        int
 	TaskOps             string
 }
 
@@ -167,7 +169,7 @@ func versionRow(v manifests.Version) VersionRow {
 	m := v.Manifest
 	return VersionRow{ID: v.ID, Fingerprint: v.Fingerprint, Era: eraLabel(string(m.Era)), Protocol: m.ProtocolVersion,
 		ServerName: m.ServerName, Version: m.ServerVersion, FirstSeen: v.FirstSeen, LastSeen: v.LastSeen,
-		Tools: toolRows(m), TaskOps: taskOps(m)}
+		Tools: toolRows(m), DroppedTools: m.DroppedTools, TaskOps: taskOps(m)}
 }
 
 // eraLabel names an era for people.
@@ -225,6 +227,7 @@ func (s *Server) serverRows(r *http.Request) ([]ServerRow, error) {
 				row.HasManifest, row.Fingerprint = true, st.Latest.Fingerprint
 				row.Era, row.Protocol, row.ServerName, row.Version = eraLabel(string(m.Era)), m.ProtocolVersion, m.ServerName, m.ServerVersion
 				row.Tools, row.TaskOps, row.Versions = toolRows(m), taskOps(m), st.Latest.ID
+				row.DroppedTools = m.DroppedTools
 			}
 		}
 		rows = append(rows, row)

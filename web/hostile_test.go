@@ -1,0 +1,48 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskgate/taskgate/manifests"
+	"github.com/taskgate/taskgate/mcpclient"
+)
+
+// A server listing 20,000 tools does not make the servers and manifests pages megabytes for
+// every viewer: the manifest keeps manifests.MaxTools of them and the pages say how many more
+// there were.
+func TestHostileToolListStaysBounded(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	withRollout(t, e)
+	var tools []mcpclient.Tool
+	for i := range 20000 {
+		tools = append(tools, mcpclient.Tool{Name: fmt.Sprintf("tool_%05d_%s", i, strings.Repeat("x", 40)), TaskSupport: mcpclient.TaskOptional})
+	}
+	m, err := manifests.FromInfo("demo", mcpclient.ServerInfo{Era: mcpclient.EraLegacy, ProtocolVersion: "2025-11-25", Name: "hostile", Version: "1"},
+		tools, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := manifests.NewStore(e.pool).Record(context.Background(), m, manifests.Probe{Trigger: manifests.TriggerCLI}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d more tools not kept", 20000-manifests.MaxTools)
+	for _, path := range []string{"/servers", "/servers/demo/manifests"} {
+		res, body := e.do(t, "viewer", http.MethodGet, path, nil)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", path, res.StatusCode)
+		}
+		t.Logf("%s with 20,000 tools listed: %d KiB", path, len(body)>>10)
+		if len(body) > 512<<10 {
+			t.Errorf("%s is %d KiB with 20,000 tools listed", path, len(body)>>10)
+		}
+		if !strings.Contains(body, want) {
+			t.Errorf("%s does not say %q", path, want)
+		}
+	}
+}
