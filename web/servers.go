@@ -106,6 +106,9 @@ type ManifestsView struct {
 	Page     Page
 	Server   string
 	Versions []VersionRow
+	// Before is the page's keyset cursor (0: the newest versions); Older, when not 0, is the
+	// cursor of the next page of older versions.
+	Before, Older int64
 	// A and B are the versions compared (0 when fewer than two exist).
 	A, B VersionRow
 	Diff []string
@@ -320,8 +323,11 @@ func (s *Server) handleProbeNow(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handleManifests shows a server's manifest history and the diff between two versions (?a=&b=;
-// default: the latest against the one before).
+// manifestsPageSize is how many manifest versions one page of the history shows.
+const manifestsPageSize = 10
+
+// handleManifests shows a server's manifest history, a page at a time (?before=), and the diff
+// between two versions (?a=&b=; default: the latest against the one before).
 func (s *Server) handleManifests(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
 	if s.deps.Policy == nil {
@@ -334,23 +340,44 @@ func (s *Server) handleManifests(w http.ResponseWriter, r *http.Request) {
 	}
 	v := ManifestsView{Page: s.page("Manifests of "+name, "servers"), Server: name}
 	if s.deps.Manifests != nil {
-		hist, err := s.deps.Manifests.History(r.Context(), name, 0, 200)
+		q := r.URL.Query()
+		before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
+		if before < 0 {
+			before = 0
+		}
+		v.Before = before
+		hist, err := s.deps.Manifests.History(r.Context(), name, before, manifestsPageSize+1)
 		if err != nil {
 			s.serverError(w, r, err)
 			return
+		}
+		if len(hist) > manifestsPageSize {
+			hist = hist[:manifestsPageSize]
+			v.Older = hist[len(hist)-1].ID
 		}
 		byID := map[int64]manifests.Version{}
 		for _, h := range hist {
 			v.Versions = append(v.Versions, versionRow(h))
 			byID[h.ID] = h
 		}
-		a, _ := strconv.ParseInt(r.URL.Query().Get("a"), 10, 64)
-		b, _ := strconv.ParseInt(r.URL.Query().Get("b"), 10, 64)
+		a, _ := strconv.ParseInt(q.Get("a"), 10, 64)
+		b, _ := strconv.ParseInt(q.Get("b"), 10, 64)
 		if a == 0 && b == 0 && len(hist) >= 2 {
 			a, b = hist[1].ID, hist[0].ID
 		}
-		va, okA := byID[a]
-		vb, okB := byID[b]
+		// A compared version may lie on another page: read it, if it is this server's.
+		lookup := func(id int64) (manifests.Version, bool) {
+			if h, ok := byID[id]; ok {
+				return h, true
+			}
+			if id <= 0 {
+				return manifests.Version{}, false
+			}
+			h, err := s.deps.Manifests.Get(r.Context(), id)
+			return h, err == nil && h.Server == name
+		}
+		va, okA := lookup(a)
+		vb, okB := lookup(b)
 		if okA && okB {
 			v.Compared, v.A, v.B = true, versionRow(va), versionRow(vb)
 			for _, c := range manifests.Compare(va.Manifest, vb.Manifest).Changes {
