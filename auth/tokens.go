@@ -36,7 +36,7 @@ func (t Token) auditView() map[string]any {
 	return map[string]any{"name": t.Name, "prefix": t.Prefix, "tenants": t.Scope.String(), "revoked": t.RevokedAt != nil}
 }
 
-const tokenCols = `id, name, prefix, tenants, created_by, created_at, last_used_at, revoked_at`
+const tokenCols = `id, name, prefix, tenants, created_by, created_at, last_used_at, revoked_at` //nolint:gosec // column names, not a credential
 
 func scanToken(row pgx.Row) (Token, error) {
 	var t Token

@@ -269,7 +269,7 @@ func (c *extConn) CreateTask(ctx context.Context, name string, args any, opts Ta
 	if res.Kind != extTask {
 		return Task{}, fmt.Errorf("create task with %s: %w", name, &NoTaskError{Result: res.Result})
 	}
-	c.tracker.observe(res.Task.ID, res.Task.Status)
+	_ = c.tracker.observe(res.Task.ID, res.Task.Status)
 	return res.Task, nil
 }
 

@@ -406,7 +406,7 @@ func (c *legacyConn) CreateTask(ctx context.Context, name string, args any, opts
 	if err != nil {
 		return Task{}, fmt.Errorf("create task with %s: %w", name, err)
 	}
-	c.tracker.observe(task.ID, task.Status)
+	_ = c.tracker.observe(task.ID, task.Status)
 	return task, nil
 }
 
@@ -595,7 +595,7 @@ func (c *legacyConn) CancelTask(ctx context.Context, taskID string) (CancelResul
 	if err != nil {
 		return CancelResult{}, fmt.Errorf("cancel task %s: %w", taskID, err)
 	}
-	c.tracker.observe(taskID, t.Status)
+	_ = c.tracker.observe(taskID, t.Status)
 	return CancelResult{Task: &t}, nil
 }
 

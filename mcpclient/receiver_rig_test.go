@@ -317,26 +317,6 @@ func eventually(tb testing.TB, ctx context.Context, what string, cond func() boo
 	}
 }
 
-// answerer answers every announced input request with resp and reports the
-// requests it answered on the returned channel.
-func answerer(tb testing.TB, ctx context.Context, conn mcpclient.Conn, inputs <-chan mcpclient.InputRequest, resp mcpclient.InputResponse) <-chan mcpclient.InputRequest {
-	answered := make(chan mcpclient.InputRequest, 8)
-	go func() {
-		for {
-			select {
-			case r := <-inputs:
-				if err := conn.AnswerInput(ctx, r.TaskID, r.Key, resp); err != nil {
-					tb.Errorf("answer %s/%s: %v", r.TaskID, r.Key, err)
-				}
-				answered <- r
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return answered
-}
-
 // sameShape reports whether two errors read the same once each one's task
 // id is replaced by a placeholder.
 func sameShape(a error, aID string, b error, bID string) bool {

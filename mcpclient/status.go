@@ -1,6 +1,9 @@
 package mcpclient
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
 
 // ValidateTransition checks one observed status change against the task
 // state machine shared by both eras: working → input_required, completed,
@@ -41,7 +44,8 @@ func (s *statusTracker) observe(taskID string, to Status) *TransitionError {
 	}
 	from := s.last[taskID]
 	if err := ValidateTransition(taskID, from, to); err != nil {
-		te, _ := err.(*TransitionError)
+		var te *TransitionError
+		errors.As(err, &te)
 		if !from.Terminal() {
 			s.last[taskID] = to
 		}

@@ -3,6 +3,7 @@ package operations
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -180,7 +181,7 @@ func (s *Store) questions(ctx context.Context, where, order string, limit int, a
 func (s *Store) LastLooked(ctx context.Context, account int64) (time.Time, error) {
 	var at time.Time
 	err := s.pool.QueryRow(ctx, `SELECT seen_at FROM inbox_views WHERE account_id = $1`, account).Scan(&at)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, nil
 	}
 	if err != nil {

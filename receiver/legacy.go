@@ -110,7 +110,7 @@ func (r *Receiver) legacyToolsCall(rc *reqCtx, p obj) reply {
 	}
 	if f.Duplicate {
 		dup := *call
-		r.goBackground(func() { r.execute(r.ctx, &dup, r.plainAsker(rc)) })
+		r.goBackground(func() { _, _ = r.execute(r.ctx, &dup, r.plainAsker(rc)) })
 	}
 	ctx, cancel := context.WithCancel(rc.ctx)
 	defer cancel()

@@ -175,7 +175,7 @@ func (r *Receiver) modernToolsCall(rc *reqCtx, p obj) reply {
 	}
 	if f.Duplicate {
 		dup := *call
-		r.goBackground(func() { r.execute(r.ctx, &dup, mrtrAsker) })
+		r.goBackground(func() { _, _ = r.execute(r.ctx, &dup, mrtrAsker) })
 	}
 	ctx, cancel := context.WithCancel(rc.ctx)
 	defer cancel()

@@ -59,7 +59,6 @@ type pendingInput struct {
 	answered bool
 	answer   json.RawMessage
 	sentOn   outbound // legacy: the stream it was last sent on
-	rpcID    string
 }
 
 // task is one task. Fields below mu are guarded by the store's mutex.

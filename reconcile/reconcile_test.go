@@ -41,8 +41,7 @@ var (
 
 type world struct {
 	*opstest.Bundle
-	rs     *reconcile.Store
-	passes chan int
+	rs *reconcile.Store
 }
 
 func setup(t *testing.T) *world {

@@ -162,14 +162,14 @@ func (s *Server) proxyUser(r *http.Request) string {
 }
 
 func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, sess auth.Session) {
-	http.SetCookie(w, &http.Cookie{
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // Secure follows s.secure: TLS, the setting, or a trusted proxy saying https; a plain-HTTP console would lose the cookie
 		Name: SessionCookie, Value: sess.Token, Path: "/", Expires: sess.ExpiresAt,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.secure(r),
 	})
 }
 
 func (s *Server) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1,
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, //nolint:gosec // Secure follows s.secure: TLS, the setting, or a trusted proxy saying https; a plain-HTTP console would lose the cookie
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.secure(r)})
 }
 

@@ -29,7 +29,7 @@ type SignInView struct {
 // handleSignInForm shows the sign-in form with a fresh anti-forgery token in a cookie and the form.
 func (s *Server) handleSignInForm(w http.ResponseWriter, r *http.Request) {
 	if p, ok := PrincipalFrom(r.Context()); ok && p.Kind == auth.KindAccount {
-		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
+		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther) //nolint:gosec // safeNext keeps it a path on this site
 		return
 	}
 	s.renderSignIn(w, r, http.StatusOK, SignInView{Next: safeNext(r.URL.Query().Get("next"))})
@@ -38,7 +38,7 @@ func (s *Server) handleSignInForm(w http.ResponseWriter, r *http.Request) {
 func (s *Server) renderSignIn(w http.ResponseWriter, r *http.Request, status int, v SignInView) {
 	v.Page = s.page("Sign in", "")
 	v.Token = randomString()
-	http.SetCookie(w, &http.Cookie{Name: signinCookie, Value: v.Token, Path: "/signin", HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: signinCookie, Value: v.Token, Path: "/signin", HttpOnly: true, //nolint:gosec // Secure follows s.secure: TLS, the setting, or a trusted proxy saying https; a plain-HTTP console would lose the cookie
 		SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: 3600})
 	w.Header().Set("Cache-Control", "no-store")
 	s.render(w, r, status, signInPage(v))
@@ -78,7 +78,8 @@ func (s *Server) handleSignIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.setSessionCookie(w, r, sess)
-	http.SetCookie(w, &http.Cookie{Name: signinCookie, Value: "", Path: "/signin", MaxAge: -1})
+	http.SetCookie(w, &http.Cookie{Name: signinCookie, Value: "", Path: "/signin", MaxAge: -1, HttpOnly: true, //nolint:gosec // see renderSignIn
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	if sess.PasswordChangeRequired {
 		next = passwordPath + "?next=" + url.QueryEscape(next)
 	}

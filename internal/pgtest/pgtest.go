@@ -88,7 +88,7 @@ func setup() error {
 			"max_connections": "400", "shared_buffers": "64MB",
 		}})
 		if err != nil {
-			os.RemoveAll(dir)
+			_ = os.RemoveAll(dir)
 			return err
 		}
 		adminURL = cluster.URL("postgres")
