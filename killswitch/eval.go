@@ -245,7 +245,7 @@ func fractional(values, data any) any {
 	bucket := (uint64(murmur3.StringSum32(bucketBy)) * uint64(total)) >> 32
 	var end uint64
 	for _, d := range dist {
-		end += uint64(d.weight)
+		end += uint64(d.weight) //nolint:gosec // weights are 0 to MaxInt32, clamped above
 		if bucket < end {
 			return d.variant
 		}

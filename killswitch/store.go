@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -326,6 +325,3 @@ func indentLines(raw json.RawMessage) []string {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	return strings.Split(string(b), "\n")
 }
-
-// sortStrings sorts in place and returns s.
-func sortStrings(s []string) []string { sort.Strings(s); return s }

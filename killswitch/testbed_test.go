@@ -18,8 +18,6 @@ import (
 // the high-precision fractional cases (@fractional-v2, what flagd does now) apply; the legacy
 // float bucketing (@fractional-v1) is skipped, as are the metadata-only scenarios.
 
-type step struct{ text string }
-
 type scenario struct {
 	name  string
 	tags  []string

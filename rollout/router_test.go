@@ -54,14 +54,13 @@ workflows:
 `
 
 type bundle struct {
-	policy   *config.Config
-	mstore   *manifests.Store
-	stages   *rollout.Store
-	kill     *killswitch.Service
-	router   *rollout.Router
-	prober   *manifests.Prober
-	ctx      context.Context
-	receiver *receiver.Receiver
+	policy *config.Config
+	mstore *manifests.Store
+	stages *rollout.Store
+	kill   *killswitch.Service
+	router *rollout.Router
+	prober *manifests.Prober
+	ctx    context.Context
 }
 
 // setup probes a real peer at url into a fresh database and builds a Router on it. tool is
