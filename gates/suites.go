@@ -740,6 +740,51 @@ func (s *session) load(ctx context.Context) {
 	default:
 		s.end(c, Pass, fmt.Sprintf("%d concurrent tasks reached a terminal status", n-backpressure))
 	}
+	s.ttlCleanup(ctx)
+}
+
+// ttlCleanup asks for a short lifetime (2025-11-25) and checks the task is gone after it.
+func (s *session) ttlCleanup(ctx context.Context) {
+	c := s.begin(SuiteLoad, "cleanup-after-ttl")
+	switch {
+	case !s.legacy():
+		s.end(c, Inconclusive, "the 2026-07-28 extension has no requested ttl: the server sets ttlMs")
+		return
+	case s.allowed(s.quick, "quick") != "" || !s.tasksOffered():
+		s.end(c, Inconclusive, "no quick call may run against this server")
+		return
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	const ttl = time.Second
+	task, err := s.create(cctx, s.conn, s.quick, s.key(), ttl)
+	if err != nil {
+		s.end(c, Fail, "create: "+err.Error())
+		return
+	}
+	if task.TTL == nil || *task.TTL > 3*time.Second {
+		s.end(c, Inconclusive, "the granted ttl is not short enough to wait for")
+		return
+	}
+	if _, err := s.follow(cctx, s.conn, task.ID, nil); err != nil && !errors.Is(err, mcpclient.ErrUnknownTask) {
+		s.end(c, Fail, "following the task: "+err.Error())
+		return
+	}
+	expires := task.CreatedAt.Add(*task.TTL)
+	deadline := expires.Add(3 * time.Second)
+	for {
+		_, err := s.conn.GetTask(cctx, task.ID)
+		if errors.Is(err, mcpclient.ErrUnknownTask) {
+			c.time("gone_after_expiry", max(0, time.Since(expires)))
+			s.end(c, Pass, "the task is gone after its ttl of "+task.TTL.String())
+			return
+		}
+		if time.Now().After(deadline) || cctx.Err() != nil {
+			s.end(c, Inconclusive, "the task is still readable 3s after its ttl (a server may purge later)")
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // recovery restarts the requestor mid-flight and observes the task again.
