@@ -29,6 +29,15 @@ type GatesView struct {
 	Server, Workflow, Next string
 	// Flash is a message after an action, with its tone (ok, warn, bad).
 	Flash, Tone string
+	// Evidence is each workflow's gate evidence against its gate server's current manifest
+	// and this build: current, stale or missing, with the reasons.
+	Evidence []WorkflowEvidence
+}
+
+// WorkflowEvidence is one workflow's gate evidence.
+type WorkflowEvidence struct {
+	Workflow, Server string
+	Status           gates.Status
 }
 
 // GateRunView is one run's page model.
@@ -76,6 +85,26 @@ func (s *Server) renderGates(w http.ResponseWriter, r *http.Request, status int,
 		}
 		keep.Set("before", strconv.FormatInt(runs[len(runs)-1].ID, 10))
 		v.Next = "/gates?" + keep.Encode()
+	}
+	if s.deps.Policy != nil && before == 0 {
+		for _, wf := range s.deps.Policy.Workflows {
+			server := wf.Server
+			if wf.Gate != nil && wf.Gate.Server != "" {
+				server = wf.Gate.Server
+			}
+			b := gates.Binding{Workflow: wf.Name, Server: server, Build: s.deps.Version}
+			if s.deps.Manifests != nil {
+				if m, err := s.deps.Manifests.Latest(r.Context(), server); err == nil {
+					b.ManifestFingerprint = m.Fingerprint
+				}
+			}
+			st, err := s.deps.Gates.Latest(r.Context(), b)
+			if err != nil {
+				s.serverError(w, r, err)
+				return
+			}
+			v.Evidence = append(v.Evidence, WorkflowEvidence{Workflow: wf.Name, Server: server, Status: st})
+		}
 	}
 	if v.Queue, err = s.deps.Gates.Queue(r.Context()); err != nil {
 		s.serverError(w, r, err)
@@ -165,6 +194,16 @@ func verdictTone(v gates.Verdict) string {
 	case gates.Pass:
 		return "ok"
 	case gates.Fail:
+		return "bad"
+	}
+	return "warn"
+}
+
+func evidenceTone(st gates.Status) string {
+	switch {
+	case st.Passing:
+		return "ok"
+	case st.State == gates.EvidenceCurrent:
 		return "bad"
 	}
 	return "warn"

@@ -38,6 +38,10 @@ func TestGatePagesListRunsAndShowCasesWithInertEvidence(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.Contains(body, `data-testid="gate-run-`+i64(id)+`"`) || !strings.Contains(body, `data-testid="hard-failures"`) {
 		t.Fatalf("list %d:\n%s", res.StatusCode, body)
 	}
+	if !strings.Contains(body, `data-testid="evidence-refund"`) || !strings.Contains(body, "hard gates") || !strings.Contains(body, `data-testid="evidence-monthly-report"`) ||
+		!strings.Contains(body, "no gate run for workflow monthly-report") {
+		t.Fatalf("evidence per workflow missing:\n%s", body)
+	}
 	if strings.Contains(body, `data-testid="start-gate"`) {
 		t.Fatal("a viewer is offered the start form")
 	}
