@@ -50,6 +50,7 @@ type Service struct {
 	cfg   Config
 
 	snap      atomic.Pointer[Snapshot]
+	loadMu    sync.Mutex
 	mu        sync.Mutex
 	state     State
 	stateErr  string
@@ -169,6 +170,9 @@ func (s *Service) Subscribe() (<-chan Snapshot, func()) {
 func (s *Service) Refresh(ctx context.Context) error { return s.load(ctx) }
 
 func (s *Service) load(ctx context.Context) error {
+	// Loads are serialised, so the last one to finish read the newest state.
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
 	snap, err := s.store.Load(ctx)
 	s.reloads.Inc()
 	if err != nil {
@@ -181,9 +185,7 @@ func (s *Service) load(ctx context.Context) error {
 		return err
 	}
 	old := s.snap.Load()
-	if old == nil || snap.Version >= old.Version {
-		s.snap.Store(snap)
-	}
+	s.snap.Store(snap)
 	s.version.Set(float64(snap.Version))
 	s.mu.Lock()
 	s.lastGood = s.cfg.Now()

@@ -319,3 +319,16 @@ func TestFlagChangesHistoryRevertAndImport(t *testing.T) {
 		t.Fatalf("export %s: %v", out, err)
 	}
 }
+
+func TestEngageAuditNamesTheSwitch(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	s := open(t, ctx, pgtest.New(t), Config{})
+	if err := s.Engage(ctx, ops, ScopeServer, "billing", "degraded"); err != nil {
+		t.Fatal(err)
+	}
+	page, err := audit.NewStore(s.pool).List(ctx, audit.Filter{AllTenants: true, Action: "killswitch.engage"})
+	if err != nil || len(page.Rows) != 1 || page.Rows[0].Target != "kill-switch:server:billing" || page.Rows[0].Reason != "degraded" {
+		t.Fatalf("%+v %v", page.Rows, err)
+	}
+}

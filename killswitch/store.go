@@ -127,6 +127,11 @@ func (s *Store) DeleteFlag(ctx context.Context, actor audit.Actor, key, reason s
 
 // putFlag writes f (nil deletes) with its history row, audit entry and notification.
 func putFlag(ctx context.Context, tx pgx.Tx, actor audit.Actor, key string, f *Flag, reason, action string) error {
+	return putFlagAs(ctx, tx, actor, key, f, reason, action, "flag:"+key)
+}
+
+// putFlagAs is putFlag with the audit entry's target given.
+func putFlagAs(ctx context.Context, tx pgx.Tx, actor audit.Actor, key string, f *Flag, reason, action, target string) error {
 	var before []byte
 	err := tx.QueryRow(ctx, `SELECT definition FROM flags WHERE key = $1 FOR UPDATE`, key).Scan(&before)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -158,7 +163,7 @@ func putFlag(ctx context.Context, tx pgx.Tx, actor audit.Actor, key string, f *F
 		key, nullJSON(before), nullJSON(after), actor.Name, reason).Scan(&id); err != nil {
 		return fmt.Errorf("flag %s history: %w", key, err)
 	}
-	if err := audit.Record(ctx, tx, audit.Entry{Actor: actor, Action: action, Target: "flag:" + key,
+	if err := audit.Record(ctx, tx, audit.Entry{Actor: actor, Action: action, Target: target,
 		Before: rawOrNil(before), After: rawOrNil(after), Reason: reason}); err != nil {
 		return err
 	}

@@ -109,7 +109,7 @@ func (s *Store) Engage(ctx context.Context, actor audit.Actor, scope, name, reas
 			scope, name, reason, actor.Name); err != nil {
 			return fmt.Errorf("engage %s: %w", SwitchVariant(scope, name), err)
 		}
-		return regenerate(ctx, tx, actor, reason, "killswitch.engage")
+		return regenerate(ctx, tx, actor, reason, "killswitch.engage", SwitchVariant(scope, name))
 	})
 }
 
@@ -177,11 +177,11 @@ func release(ctx context.Context, tx pgx.Tx, actor audit.Actor, scope, name, rea
 		WHERE scope = $1 AND name = $2`, scope, name, reason, actor.Name); err != nil {
 		return fmt.Errorf("release %s: %w", SwitchVariant(scope, name), err)
 	}
-	return regenerate(ctx, tx, actor, reason, "killswitch.release")
+	return regenerate(ctx, tx, actor, reason, "killswitch.release", SwitchVariant(scope, name))
 }
 
 // regenerate rewrites NewTaskStarts from the engaged switches, within tx.
-func regenerate(ctx context.Context, tx pgx.Tx, actor audit.Actor, reason, action string) error {
+func regenerate(ctx context.Context, tx pgx.Tx, actor audit.Actor, reason, action, target string) error {
 	rows, err := tx.Query(ctx, `SELECT scope, name FROM kill_switches WHERE engaged
 		ORDER BY CASE scope WHEN 'global' THEN 0 WHEN 'workflow' THEN 1 ELSE 2 END, name`)
 	if err != nil {
@@ -199,7 +199,7 @@ func regenerate(ctx context.Context, tx pgx.Tx, actor audit.Actor, reason, actio
 		return err
 	}
 	f := StartsFlag(engaged)
-	if err := putFlag(ctx, tx, actor, NewTaskStarts.Key, &f, reason, action); err != nil {
+	if err := putFlagAs(ctx, tx, actor, NewTaskStarts.Key, &f, reason, action, target); err != nil {
 		return err
 	}
 	return nil
