@@ -249,3 +249,37 @@ func (s *Server) handleOFREP(w http.ResponseWriter, r *http.Request) {
 	}
 	killswitch.OFREP(s.deps.Flags, authn).ServeHTTP(w, r)
 }
+
+// switchDrain is the drain gauge of the switch of scope and name, in the principal's scope,
+// for the Servers and Workflows pages: nil when flags are off or it cannot be read. engaged is
+// whether that switch is engaged.
+func (s *Server) switchDrain(r *http.Request, scope, name string) (d *killswitch.Drain, engaged bool) {
+	if s.deps.Flags == nil {
+		return nil, false
+	}
+	sw := killswitch.Switch{Scope: scope, Name: name}
+	set, err := s.deps.Flags.Store().Switches(r.Context())
+	if err != nil {
+		s.deps.Logger.ErrorContext(r.Context(), "kill switches", "err", err)
+		return nil, false
+	}
+	for _, x := range set {
+		if x.Scope == scope && x.Name == name {
+			sw = x
+		}
+	}
+	all, tenants := principal(r).Scope.SQL()
+	g, err := s.deps.Flags.Store().Drain(r.Context(), sw, all, tenants)
+	if err != nil {
+		s.deps.Logger.ErrorContext(r.Context(), "kill switch drain", "switch", sw.Variant(), "err", err)
+		return nil, false
+	}
+	return &g, sw.Engaged
+}
+
+func killText(engaged bool) string {
+	if engaged {
+		return "engaged"
+	}
+	return "released"
+}

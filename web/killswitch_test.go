@@ -53,6 +53,15 @@ func TestKillSwitchPageEngageConfirmRelease(t *testing.T) {
 	if v := e.flags.Check(t.Context(), startOf("refund")); !v.Blocked || v.Switch != "kill-switch:workflow:refund" {
 		t.Fatalf("after engage: %+v", v)
 	}
+	// The Servers and Workflows pages carry the drain gauges too.
+	for _, page := range []string{"/servers", "/workflows"} {
+		if _, body := e.do(t, "viewer", http.MethodGet, page, nil); !strings.Contains(body, `data-testid="drain-gauge"`) {
+			t.Errorf("%s has no drain gauge", page)
+		}
+	}
+	if _, body := e.do(t, "viewer", http.MethodGet, "/workflows", nil); !strings.Contains(body, "Finished since the switch") {
+		t.Error("the workflows page's gauge of the engaged switch lacks what finished since")
+	}
 	if res, _ := e.do(t, "operator", http.MethodPost, "/killswitch/release", url.Values{"scope": {"workflow"}, "name": {"refund"}}); res.StatusCode != http.StatusBadRequest {
 		t.Errorf("release without a reason: %d", res.StatusCode)
 	}

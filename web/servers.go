@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/auth"
+	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
 )
 
@@ -53,6 +54,9 @@ type ServerRow struct {
 	// KillUnknown is true when a switch could not be read (starts are blocked: fail safe).
 	KillEngaged int
 	KillUnknown bool
+	// Gauge is the drain gauge of the server's own kill switch (nil without flags).
+	Gauge        *killswitch.Drain
+	GaugeEngaged bool
 }
 
 // killText says what the kill switch of a server's workflows is doing, in words.
@@ -203,6 +207,7 @@ func (s *Server) serverRows(r *http.Request) ([]ServerRow, error) {
 	for _, sv := range s.deps.Policy.Servers {
 		row := ServerRow{Name: sv.Name, URL: sv.URL, EraSetting: sv.Era, ProbeEvery: sv.ProbeEvery.String(),
 			Workflows: manifests.Affected(s.deps.Policy, sv.Name)}
+		row.Gauge, row.GaugeEngaged = s.switchDrain(r, killswitch.ScopeServer, sv.Name)
 		for _, wf := range row.Workflows {
 			row.Running += inFlight[wf]
 			if s.deps.Router == nil {

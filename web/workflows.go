@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
 	"github.com/taskgate/taskgate/rollout"
 )
@@ -39,6 +40,9 @@ type WorkflowDecisionRow struct {
 	Fingerprint                          string
 	KillSwitch                           string
 	Err                                  string
+	// Gauge is the drain gauge of the workflow's kill switch (nil without flags).
+	Gauge        *killswitch.Drain
+	GaugeEngaged bool
 }
 
 func routeTone(r string) string {
@@ -69,6 +73,7 @@ func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
 	if s.deps.Policy != nil {
 		for _, wf := range s.deps.Policy.Workflows {
 			row := policyRow(wf)
+			row.Gauge, row.GaugeEngaged = s.switchDrain(r, killswitch.ScopeWorkflow, wf.Name)
 			if s.deps.Router != nil && v.Tenant != "" {
 				rt, err := s.deps.Router.Route(r.Context(), wf.Name, v.Tenant)
 				if err != nil {
