@@ -25,6 +25,9 @@ type Limits struct {
 	// bytes on the transports this package reads itself (default
 	// MaxResult+64 KiB).
 	MaxMessage int
+	// MaxDepth refuses tool results whose JSON nests arrays and objects deeper than this
+	// (default 64) as ErrMalformed, so nothing kept or served later is deeper.
+	MaxDepth int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -37,7 +40,41 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxMessage <= 0 {
 		l.MaxMessage = l.MaxResult + 64<<10
 	}
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = defaultMaxDepth
+	}
 	return l
+}
+
+// defaultMaxDepth is Limits.MaxDepth's default.
+const defaultMaxDepth = 64
+
+// jsonDepthOver reports whether the JSON text raw nests arrays and objects deeper than limit.
+// Brackets inside strings do not count.
+func jsonDepthOver(raw []byte, limit int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range raw {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return false
 }
 
 // wireMessage is any JSON-RPC 2.0 message.
@@ -204,7 +241,10 @@ func parseMillis(raw json.RawMessage) (time.Duration, bool, error) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return 0, false, fmt.Errorf("not a number")
 	}
-	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+	if f < 0 {
+		return 0, false, fmt.Errorf("negative (%v ms)", f)
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, false, fmt.Errorf("out of range")
 	}
 	const maxMs = float64(math.MaxInt64 / int64(time.Millisecond))
@@ -260,6 +300,9 @@ func decodeToolResult(raw json.RawMessage, lim Limits) (*ToolResult, error) {
 	lim = lim.withDefaults()
 	if len(raw) > lim.MaxResult {
 		return nil, fmt.Errorf("%w: %d bytes over the %d-byte limit", ErrResultTooLarge, len(raw), lim.MaxResult)
+	}
+	if jsonDepthOver(raw, lim.MaxDepth) {
+		return nil, fmt.Errorf("%w: tool result nested deeper than %d levels", ErrMalformed, lim.MaxDepth)
 	}
 	var w struct {
 		Content    json.RawMessage `json:"content"`

@@ -369,9 +369,14 @@ func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workf
 		s.refuse(ctx, op, "task creation refused: "+safeMessage(err), !isRPCError(err))
 		log.Warn("task creation refused", "err", err)
 	default:
-		// Transport lost after the request may have been sent: the task may exist. Never resend.
+		// Transport lost after the request may have been sent, or the answer was unusable: the
+		// task may exist. Never resend.
+		what := "no CreateTaskResult was read; the call is not resent: "
+		if errors.Is(err, mcpclient.ErrMalformed) || errors.Is(err, mcpclient.ErrResultTooLarge) {
+			what = "the server answered, but its CreateTaskResult is unusable (the task may exist); the call is not resent: "
+		}
 		if err := s.cfg.Store.MarkUnknown(ctx, op.ID, StateCreateUnacknowledged, ReasonCreateUnacknowledged,
-			"no CreateTaskResult was read; the call is not resent: "+safeMessage(err)); err != nil {
+			what+safeMessage(err)); err != nil {
 			log.Error("record unacknowledged creation", "err", err)
 		}
 		log.Warn("task creation unacknowledged", "err", err)
@@ -518,10 +523,22 @@ func (s *Service) callSync(ctx context.Context, op Operation, wf *config.Workflo
 		if errors.Is(err, context.DeadlineExceeded) {
 			reason = ReasonSyncTimeout
 		}
-		if err := s.cfg.Store.MarkUnknown(ctx, op.ID, "", reason, "synchronous call unanswered: "+safeMessage(err)); err != nil {
+		// Say what happened: an answer that came but could not be used is not a silence.
+		after := s.cfg.Now().Sub(started).Round(time.Millisecond)
+		event, what := "unanswered", "synchronous call unanswered within "+wf.Fallback.MaxDuration.String()+"; outcome unknown"
+		switch {
+		case errors.Is(err, mcpclient.ErrResultTooLarge):
+			event, what = "answer_refused", fmt.Sprintf("synchronous call answered after %s with a result over the size limit; "+
+				"the answer was not kept and the outcome is unknown", after)
+		case errors.Is(err, mcpclient.ErrMalformed):
+			event, what = "answer_refused", fmt.Sprintf("synchronous call answered after %s, but the answer could not be read; outcome unknown", after)
+		case !errors.Is(err, context.DeadlineExceeded):
+			what = fmt.Sprintf("synchronous call lost its connection after %s before an answer was read; outcome unknown", after)
+		}
+		if err := s.cfg.Store.MarkUnknown(ctx, op.ID, "", reason, what+": "+safeMessage(err)); err != nil {
 			log.Error("record sync timeout", "err", err)
 		}
-		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "unanswered", "synchronous call unanswered within "+wf.Fallback.MaxDuration.String()+"; outcome unknown")
+		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, event, what)
 		return false
 	}
 }

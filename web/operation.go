@@ -263,7 +263,7 @@ func timelineTone(state string) string {
 	switch {
 	case strings.HasPrefix(state, "cancel"), strings.HasPrefix(state, "input"):
 		return "warn"
-	case state == "result_unavailable", state == "unanswered":
+	case state == "result_unavailable", state == "unanswered", state == "answer_refused":
 		return "bad"
 	}
 	return stateTone(operations.TaskState(state), false)

@@ -40,7 +40,7 @@ func runFlags(ctx context.Context, args []string, getenv func(string) string, st
 		if *reason == "" {
 			return fmt.Errorf("flags import: --reason is required")
 		}
-		raw, err := os.ReadFile(pos[1])
+		raw, err := os.ReadFile(pos[1]) //nolint:gosec // the file the operator names on the command line
 		if err != nil {
 			return fmt.Errorf("flags import: %w", err)
 		}
@@ -72,7 +72,7 @@ func runFlags(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	out := stdout
 	if len(pos) == 2 {
-		f, err := os.Create(pos[1])
+		f, err := os.Create(pos[1]) //nolint:gosec // the file the operator names on the command line
 		if err != nil {
 			return fmt.Errorf("flags export: %w", err)
 		}
