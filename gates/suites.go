@@ -467,8 +467,9 @@ func (s *session) fault(ctx context.Context) {
 		defer cancel()
 		defer s.proxy.Clear()
 		body(c, cctx)
+		s.faultReached(c, faultOf[name])
 	}
-	settle := func(c *caseRec, cctx context.Context, id string, wantOutcome bool) {
+	settle := func(c *caseRec, cctx context.Context, id, key string, wantOutcome bool) {
 		f, err := s.follow(cctx, s.conn, id, nil)
 		c.note("statuses %s, %d transport failures", statusList(f.statuses), f.errs)
 		if err != nil {
@@ -490,7 +491,22 @@ func (s *session) fault(ctx context.Context) {
 			s.end(c, Fail, fmt.Sprintf("the originating call was sent %d times", n))
 			return
 		}
-		s.end(c, Pass, "one call, allowed transitions only, the task followed to "+string(f.last.Task.Status))
+		effects := "no verifier to count effects"
+		if s.t.Verify != nil {
+			n, err := s.t.Verify(cctx, key)
+			switch {
+			case err != nil:
+				effects = "verifier: " + err.Error()
+			case n > 1:
+				c.c.Hard = HardDuplicateEffect
+				s.end(c, Fail, fmt.Sprintf("the verifier found %d effects for one call", n))
+				return
+			default:
+				effects = fmt.Sprintf("the verifier found %d effect(s)", n)
+			}
+		}
+		c.note("%s", effects)
+		s.end(c, Pass, "one call, allowed transitions only, the task followed to "+string(f.last.Task.Status)+"; "+effects)
 	}
 	run("cut-before-create-result", base, "quick", func(c *caseRec, cctx context.Context) {
 		s.proxy.Add(faultproxy.Rule{Action: faultproxy.CutBeforeCreateResult})
@@ -508,21 +524,23 @@ func (s *session) fault(ctx context.Context) {
 	})
 	run("cut-after-create-result", base, "quick", func(c *caseRec, cctx context.Context) {
 		s.proxy.Add(faultproxy.Rule{Action: faultproxy.CutAfterCreateResult})
-		task, err := s.create(cctx, s.conn, base, s.key(), 0)
+		key := s.key()
+		task, err := s.create(cctx, s.conn, base, key, 0)
 		if err != nil {
 			s.end(c, Fail, "create: "+err.Error())
 			return
 		}
-		settle(c, cctx, task.ID, true)
+		settle(c, cctx, task.ID, key, true)
 	})
 	run("cut-before-result", base, "quick", func(c *caseRec, cctx context.Context) {
 		s.proxy.Add(faultproxy.Rule{Action: faultproxy.CutBeforeResult})
-		task, err := s.create(cctx, s.conn, base, s.key(), 0)
+		key := s.key()
+		task, err := s.create(cctx, s.conn, base, key, 0)
 		if err != nil {
 			s.end(c, Fail, "create: "+err.Error())
 			return
 		}
-		settle(c, cctx, task.ID, true)
+		settle(c, cctx, task.ID, key, true)
 	})
 	{
 		c := s.begin(SuiteFault, "cut-during-input")
@@ -531,13 +549,15 @@ func (s *session) fault(ctx context.Context) {
 		} else {
 			s.inputCase(ctx, c, func() { s.proxy.Add(faultproxy.Rule{Action: faultproxy.CutDuringInput}) })
 			s.proxy.Clear()
+			s.faultReached(c, faultproxy.CutDuringInput)
 			if last := &s.run.Cases[len(s.run.Cases)-1]; last.Verdict == Pass && s.calls(c) != 1 {
 				last.Verdict, last.Reason, last.Hard = Fail, fmt.Sprintf("the originating call was sent %d times", s.calls(c)), HardRepeatedCall
 			}
 		}
 	}
 	run("cut-after-cancel", s.t.Slow, "slow", func(c *caseRec, cctx context.Context) {
-		task, err := s.create(cctx, s.conn, s.t.Slow, s.key(), 0)
+		key := s.key()
+		task, err := s.create(cctx, s.conn, s.t.Slow, key, 0)
 		if err != nil {
 			s.end(c, Fail, "create: "+err.Error())
 			return
@@ -546,7 +566,7 @@ func (s *session) fault(ctx context.Context) {
 		if _, err := s.conn.CancelTask(cctx, task.ID); err == nil {
 			c.note("the cancel answer arrived despite the cut")
 		}
-		settle(c, cctx, task.ID, false)
+		settle(c, cctx, task.ID, key, false)
 	})
 	run("duplicate-delivery", base, "quick", func(c *caseRec, cctx context.Context) {
 		c.c.Hard = HardDuplicateEffect
@@ -1069,4 +1089,28 @@ func (s *session) secrets() {
 	}
 	c.note("%d texts from the server checked", len(texts))
 	s.end(c, Pass, "no credential came back in any status message or result")
+}
+
+// faultOf is the proxy action each fault case injects.
+var faultOf = map[string]faultproxy.Action{
+	"cut-before-create-result": faultproxy.CutBeforeCreateResult,
+	"cut-after-create-result":  faultproxy.CutAfterCreateResult,
+	"cut-before-result":        faultproxy.CutBeforeResult,
+	"cut-after-cancel":         faultproxy.CutAfterCancel,
+	"duplicate-delivery":       faultproxy.Duplicate,
+}
+
+// faultReached turns a passed fault case whose fault never fired into an inconclusive one:
+// a case that did not meet its fault proves nothing.
+func (s *session) faultReached(c *caseRec, a faultproxy.Action) {
+	last := &s.run.Cases[len(s.run.Cases)-1]
+	if a == "" || last.Verdict != Pass || last.Name != c.c.Name {
+		return
+	}
+	for _, m := range last.Evidence.Messages {
+		if m.Fault == a {
+			return
+		}
+	}
+	last.Verdict, last.Reason = Inconclusive, "the fault ("+string(a)+") was never reached: "+last.Reason
 }
