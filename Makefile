@@ -33,7 +33,8 @@ lint: ## static checks: go vet, gofmt and golangci-lint (gosec, staticcheck, err
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); test -z "$$out" || (echo "not gofmt'd: $$out" && exit 1)
 	$(GOLANGCI_LINT) run $(PKGS)
 
-bench: ## run the benchmarks
+bench: ## run the benchmark program against a private PostgreSQL and the reference receiver (BENCH=quick: 100,000 operations); writes bench.json
+	BENCH=$(BENCH) $(GO) run ./cmd/bench -out bench.json
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 fuzz: ## run every fuzz target for FUZZTIME (default 60s) each

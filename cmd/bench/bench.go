@@ -1,0 +1,750 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/internal/pgcluster"
+	"github.com/taskgate/taskgate/killswitch"
+	"github.com/taskgate/taskgate/manifests"
+	"github.com/taskgate/taskgate/migrations"
+	"github.com/taskgate/taskgate/operations"
+	"github.com/taskgate/taskgate/receiver"
+	"github.com/taskgate/taskgate/rollout"
+)
+
+// Options set the scale of a run.
+type Options struct {
+	Quick       bool
+	DatabaseURL string
+	Out         string
+	// Operations is the ledger size of the scale phase; OpenTasks of them are still open and
+	// OpenItems are open reconciliation items.
+	Operations, OpenTasks, OpenItems int
+	// Clients is the number of concurrent start clients (4).
+	Clients int
+	// Phase is the length of each timed start phase.
+	Phase time.Duration
+	// PageRequests is how many times each console page is fetched.
+	PageRequests int
+	// Toggles is the number of kill switch engage/release rounds.
+	Toggles int
+	// WatchTasks are watched for WatchFor at a poll interval of WatchPoll.
+	WatchTasks int
+	WatchFor   time.Duration
+	WatchPoll  time.Duration
+	Logger     *slog.Logger
+}
+
+func withScale(o Options, quick bool) Options {
+	o.Quick = quick
+	o.Operations, o.OpenTasks, o.OpenItems = 1_000_000, 20_000, 100_000
+	o.Clients, o.Phase, o.PageRequests, o.Toggles = 4, 10*time.Second, 40, 50
+	o.WatchTasks, o.WatchFor, o.WatchPoll = 4000, 20*time.Second, time.Second
+	if quick {
+		o.Operations, o.OpenItems = 100_000, 10_000
+		o.Phase, o.PageRequests = 5*time.Second, 20
+		o.WatchTasks, o.WatchFor = 1000, 10*time.Second
+	}
+	return o
+}
+
+func (o Options) filled() Options {
+	d := withScale(Options{}, o.Quick)
+	if o.Operations <= 0 {
+		o.Operations = d.Operations
+	}
+	if o.OpenTasks <= 0 {
+		o.OpenTasks = min(d.OpenTasks, o.Operations/5)
+	}
+	if o.OpenItems <= 0 {
+		o.OpenItems = min(d.OpenItems, o.Operations/10)
+	}
+	if o.Clients <= 0 {
+		o.Clients = d.Clients
+	}
+	if o.Phase <= 0 {
+		o.Phase = d.Phase
+	}
+	if o.PageRequests <= 0 {
+		o.PageRequests = d.PageRequests
+	}
+	if o.Toggles <= 0 {
+		o.Toggles = d.Toggles
+	}
+	if o.WatchTasks <= 0 {
+		o.WatchTasks = d.WatchTasks
+	}
+	if o.WatchFor <= 0 {
+		o.WatchFor = d.WatchFor
+	}
+	if o.WatchPoll <= 0 {
+		o.WatchPoll = d.WatchPoll
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Results are the figures written to bench.json.
+type Results struct {
+	Scale      ScaleInfo          `json:"scale"`
+	Start      StartFigures       `json:"start"`
+	Watch      WatchFigures       `json:"watch"`
+	KillSwitch KillSwitchFigures  `json:"killswitch"`
+	Console    ConsoleFigures     `json:"console"`
+	Notes      []string           `json:"notes,omitempty"`
+	Machine    map[string]any     `json:"machine"`
+	Phases     map[string]float64 `json:"phase_seconds"`
+}
+
+// ScaleInfo says what was measured.
+type ScaleInfo struct {
+	Quick      bool `json:"quick"`
+	Operations int  `json:"operations"`
+	OpenTasks  int  `json:"open_tasks"`
+	OpenItems  int  `json:"open_items"`
+	Clients    int  `json:"clients"`
+}
+
+// StartFigures are the start path's.
+type StartFigures struct {
+	InsertsPerS      float64 `json:"inserts_per_s"`
+	TasksPerS        float64 `json:"tasks_per_s"`
+	Ratio            float64 `json:"ratio"`
+	P50Ms            float64 `json:"p50_ms"`
+	P99Ms            float64 `json:"p99_ms"`
+	UncappedPerS     float64 `json:"uncapped_tasks_per_s"`
+	SyncPerS         float64 `json:"sync_per_s"`
+	SyncRatio        float64 `json:"sync_ratio"`
+	SyncP99Ms        float64 `json:"sync_p99_ms"`
+	ScaleTasksPerS   float64 `json:"scale_tasks_per_s"`
+	ScaleP99Ms       float64 `json:"scale_p99_ms"`
+	ScaleRatio       float64 `json:"scale_ratio"`
+	Errors           int64   `json:"errors"`
+	CapExceeded      bool    `json:"cap_exceeded"`
+	CapLimit         int     `json:"cap_limit"`
+	CapMaxInFlight   int     `json:"cap_max_in_flight"`
+	CapRefused       int64   `json:"cap_refused"`
+	StatementsPerRun float64 `json:"statements_per_start,omitempty"`
+}
+
+// WatchFigures are the durable watcher's.
+type WatchFigures struct {
+	Tasks                 int      `json:"tasks_1s"`
+	MaxTasks1s            *int     `json:"max_tasks_1s"`
+	LatenessP99Ms         float64  `json:"lateness_p99_ms"`
+	Polls                 int64    `json:"polls"`
+	Amplification         float64  `json:"amplification"`
+	CPUMsPerObservation   float64  `json:"cpu_ms_per_observation"`
+	ConsoleCPUMsPerPoll   float64  `json:"console_cpu_ms_per_poll"`
+	PostgresCPUMsPerPoll  *float64 `json:"postgres_cpu_ms_per_poll"`
+	BytesPerTask          float64  `json:"bytes_per_task"`
+	WaitForTaskMaxTasks1s *int     `json:"waitfortask_max_tasks_1s"`
+	WaitForTaskCPUMsPoll  *float64 `json:"waitfortask_cpu_ms_per_poll"`
+}
+
+// KillSwitchFigures are the kill switch's.
+type KillSwitchFigures struct {
+	Replicas int     `json:"replicas"`
+	Toggles  int     `json:"toggles"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+}
+
+// ConsoleFigures are the console's pages, server time measured on loopback.
+type ConsoleFigures struct {
+	P95Ms     float64            `json:"p95_ms"`
+	WorstPage string             `json:"worst_page"`
+	Pages     map[string]float64 `json:"pages_p95_ms"`
+}
+
+// env is one run's world.
+type env struct {
+	o        Options
+	cluster  *pgcluster.Cluster
+	pool     *pgxpool.Pool
+	dbURL    string // the server's URL; dbName is this run's database on it
+	dbName   string
+	dropDB   func()
+	rcv      *exec.Cmd
+	rcvStdin io.Closer
+	baseURL  string
+	policy   *config.Config
+	mstore   *manifests.Store
+	prober   *manifests.Prober
+	router   *rollout.Router
+	flags    *killswitch.Service
+	servers  *operations.Servers
+	ops      *operations.Service
+	keys     atomic.Int64
+}
+
+// benchPolicy: %[1]s is the MCP URL. bench_capped runs under a concurrency cap, bench_open
+// without one, bench_sync never uses a Task, bench_watch is watched.
+const benchPolicy = `
+tenants: [acme, globex]
+owners: [{name: ops, contact: ops@example.com}]
+servers:
+  - {name: rcv, url: "%[1]s", era: legacy}
+workflows:
+  - {name: bench_capped, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
+     stage: full, max_ttl: 2h, owners: [ops], concurrency: %[2]d, backpressure: "429", retry_after: 1s}
+  - {name: bench_open, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
+     stage: full, max_ttl: 2h, owners: [ops]}
+  - {name: bench_sync, server: rcv, tool: work_forbidden, effect: read_only, task_use: never, fallback: {kind: sync, max_duration: 2s},
+     owners: [ops]}
+  - {name: bench_watch, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
+     stage: full, max_ttl: 2h, owners: [ops]}
+  - {name: bench_tight, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
+     stage: full, max_ttl: 2h, owners: [ops], concurrency: %[3]d, backpressure: "429", retry_after: 1s}
+`
+
+// capTight is the cap of bench_tight, which the cap phase drives past on purpose.
+const capTight = 25
+
+// Run runs every phase and returns the figures.
+func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
+	o = o.filled()
+	res := &Results{Scale: ScaleInfo{Quick: o.Quick, Operations: o.Operations, OpenTasks: o.OpenTasks, OpenItems: o.OpenItems, Clients: o.Clients},
+		Phases: map[string]float64{}, Machine: machineInfo()}
+	e := &env{o: o}
+	defer e.close()
+	step := func(name string, f func() error) error {
+		fmt.Fprintf(log, "bench: %s...\n", name)
+		t0 := time.Now()
+		err := f()
+		res.Phases[name] = math.Round(time.Since(t0).Seconds()*10) / 10
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+	if err := step("setup", func() error { return e.setup(ctx) }); err != nil {
+		return nil, err
+	}
+	if err := step("start", func() error { return e.startPhase(ctx, res) }); err != nil {
+		return nil, err
+	}
+	if err := step("cap", func() error { return e.capPhase(ctx, res) }); err != nil {
+		return nil, err
+	}
+	if err := step("killswitch", func() error { return e.killSwitchPhase(ctx, res) }); err != nil {
+		return nil, err
+	}
+	if err := step("watch", func() error { return e.watchPhase(ctx, res) }); err != nil {
+		return nil, err
+	}
+	if err := step("seed", func() error { return e.seed(ctx) }); err != nil {
+		return nil, err
+	}
+	if err := step("scale", func() error { return e.scalePhase(ctx, res) }); err != nil {
+		return nil, err
+	}
+	if err := step("console", func() error { return e.consolePhase(ctx, res) }); err != nil {
+		return nil, err
+	}
+	res.Notes = append(res.Notes,
+		"watch.waitfortask_* are not measured by this program yet (null).",
+		"watch.lateness_p99_ms is sampled: how overdue due tasks are, every 100 ms; watch.max_tasks_1s is the watched count when that p99 is within 250 ms (a lower bound), null otherwise.")
+	return res, nil
+}
+
+func (e *env) setup(ctx context.Context) error {
+	admin := e.o.DatabaseURL
+	if admin == "" {
+		dir, err := os.MkdirTemp("", "taskgate-bench-")
+		if err != nil {
+			return err
+		}
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Settings: map[string]string{"max_connections": "200"}, Logger: e.o.Logger})
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return fmt.Errorf("private PostgreSQL: %w", err)
+		}
+		e.cluster = c
+		admin = c.URL("postgres")
+	}
+	name := fmt.Sprintf("taskgate_bench_%d", os.Getpid())
+	ac, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	_, err = ac.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	ac.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	e.dropDB = func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if ac, err := pgx.Connect(dctx, admin); err == nil {
+			_, _ = ac.Exec(dctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+			ac.Close(dctx)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(admin)
+	if err != nil {
+		return err
+	}
+	cfg.ConnConfig.Database = name
+	cfg.MaxConns = 24
+	e.dbURL, e.dbName = admin, name
+	if e.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return err
+	}
+	runner, err := migrations.NewRunner(e.pool)
+	if err != nil {
+		return err
+	}
+	_, err = runner.Up(ctx)
+	runner.Close()
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := e.startReceiver(ctx); err != nil {
+		return err
+	}
+	capped := 1_000_000_000 // a cap that is never reached: the cap's cost without its refusals
+	if e.policy, err = config.Parse(fmt.Appendf(nil, benchPolicy, e.baseURL+"/mcp", capped, capTight)); err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	if _, err := config.NewStore(e.pool).Record(ctx, e.policy); err != nil {
+		return err
+	}
+	e.mstore = manifests.NewStore(e.pool)
+	if e.prober, err = manifests.NewProber(manifests.ProberConfig{Policy: e.policy, Store: e.mstore, Logger: e.o.Logger}); err != nil {
+		return err
+	}
+	if err := e.prober.Start(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := e.mstore.Status(ctx, "rcv")
+		if err == nil && st.Latest != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the receiver was not probed within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if e.flags, err = killswitch.Open(ctx, e.pool, killswitch.Config{Logger: e.o.Logger}); err != nil {
+		return err
+	}
+	if e.router, err = e.newRouter(e.pool); err != nil {
+		return err
+	}
+	e.servers = operations.NewServers(operations.ServersConfig{Policy: e.policy, Logger: e.o.Logger})
+	e.ops, err = operations.NewService(operations.Config{Store: operations.NewStore(e.pool), Policy: e.policy, Servers: e.servers,
+		Logger: e.o.Logger, Router: routerFunc(e.router)})
+	return err
+}
+
+func (e *env) newRouter(pool *pgxpool.Pool) (*rollout.Router, error) {
+	return rollout.NewRouter(rollout.RouterConfig{Policy: e.policy, Manifests: e.mstore, Stages: rollout.NewStore(pool, e.policy),
+		KillSwitch: e.flags, Logger: e.o.Logger})
+}
+
+// routerFunc wires the rollout router into the start path as the console does.
+func routerFunc(router *rollout.Router) operations.Router {
+	return operations.RouterFunc(func(ctx context.Context, in operations.RouteInput) (operations.Decision, error) {
+		r, err := router.Route(ctx, in.Request.Workflow, in.Request.Tenant)
+		if err != nil {
+			return operations.Decision{}, err
+		}
+		d := r.Decision
+		return operations.Decision{Route: operations.Route(d.Route), ReasonCode: string(d.Reason), Reason: d.Sentence,
+			DeclareExtension: d.DeclareExtension}, nil
+	})
+}
+
+// startReceiver starts this binary again as the reference receiver, on a loopback port.
+func (e *env) startReceiver(ctx context.Context) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), receiverEnv+"=1", "BENCH_RECEIVER_POLL_MS="+strconv.FormatInt(e.o.WatchPoll.Milliseconds(), 10))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("receiver: %w", err)
+	}
+	e.rcv, e.rcvStdin = cmd, stdin
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			line <- sc.Text()
+		}
+		close(line)
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case l, ok := <-line:
+		addr, found := strings.CutPrefix(l, "listening ")
+		if !ok || !found {
+			return fmt.Errorf("receiver did not start: %q", l)
+		}
+		e.baseURL = "http://" + addr
+	case <-time.After(30 * time.Second):
+		return errors.New("receiver did not start within 30s")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// runReceiverChild is the receiver process: it serves until its standard input closes.
+func runReceiverChild(stdout io.Writer) error {
+	poll := time.Second
+	if v, err := strconv.Atoi(os.Getenv("BENCH_RECEIVER_POLL_MS")); err == nil && v > 0 {
+		poll = time.Duration(v) * time.Millisecond
+	}
+	r := receiver.New(receiver.Config{DefaultPollInterval: poll, MaxPollInterval: max(poll, 5*time.Second),
+		MaxConcurrentTasks: -1, DefaultTTL: 2 * time.Hour, MaxTTL: 24 * time.Hour})
+	defer r.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	fmt.Fprintf(stdout, "listening %s\n", ln.Addr())
+	err = r.Serve(ctx, ln)
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func (e *env) close() {
+	if e.servers != nil {
+		e.servers.Close()
+	}
+	if e.prober != nil {
+		e.prober.Stop()
+	}
+	if e.flags != nil {
+		e.flags.Close()
+	}
+	if e.rcvStdin != nil {
+		_ = e.rcvStdin.Close()
+		done := make(chan struct{})
+		go func() { _ = e.rcv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = e.rcv.Process.Kill()
+		}
+	}
+	if e.pool != nil {
+		e.pool.Close()
+	}
+	if e.dropDB != nil && e.cluster == nil {
+		e.dropDB()
+	}
+	if e.cluster != nil {
+		_ = e.cluster.Remove()
+	}
+}
+
+// load runs clients concurrent loops of f for d and returns the rate and latencies.
+func load(ctx context.Context, clients int, d time.Duration, f func(ctx context.Context) error) (rate float64, lat []time.Duration, errs int64, firstErr error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var nerr atomic.Int64
+	t0 := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for ctx.Err() == nil {
+				s := time.Now()
+				err := f(context.WithoutCancel(ctx))
+				if err != nil {
+					if nerr.Add(1) == 1 {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+					}
+					continue
+				}
+				mine = append(mine, time.Since(s))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0).Seconds()
+	return float64(len(lat)) / el, lat, nerr.Load(), firstErr
+}
+
+func quantileMs(lat []time.Duration, q float64) float64 {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return round2(float64(s[max(0, min(i, len(s)-1))]) / float64(time.Millisecond))
+}
+
+func round2(v float64) float64 { return math.Round(v*100) / 100 }
+
+func (e *env) startOne(workflow string, args string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		k := e.keys.Add(1)
+		res, err := e.ops.Start(ctx, operations.Scope{All: true}, operations.StartRequest{IdempotencyKey: "bench-" + strconv.FormatInt(k, 10),
+			Workflow: workflow, Tenant: []string{"acme", "globex"}[k%2], Actor: "app:bench", ObjectRef: "bench " + strconv.FormatInt(k, 10),
+			Arguments: []byte(args)})
+		if err != nil {
+			return err
+		}
+		if res.Status >= 300 {
+			return fmt.Errorf("start answered %d: %s", res.Status, res.Response.Reason)
+		}
+		if want := e.policy.Workflows; want != nil {
+			if wf, ok := e.policy.Workflow(workflow); ok && wf.TaskUse != config.TaskNever && res.Response.Route != operations.RouteTask {
+				return fmt.Errorf("start of %s took route %s (%s)", workflow, res.Response.Route, res.Response.Reason)
+			}
+		}
+		return nil
+	}
+}
+
+// longWork keeps a Task working for the whole run.
+const longWork = `{"duration_ms": 7200000}`
+
+func (e *env) startPhase(ctx context.Context, res *Results) error {
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE bench_inserts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, tenant text NOT NULL,
+		k text NOT NULL, at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return err
+	}
+	var n atomic.Int64
+	ins, _, _, err := load(ctx, e.o.Clients, e.o.Phase, func(ctx context.Context) error {
+		_, err := e.pool.Exec(ctx, `INSERT INTO bench_inserts (tenant, k) VALUES ($1, $2)`, "acme", strconv.FormatInt(n.Add(1), 10))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("inserts: %w", err)
+	}
+	// Warm the connections to the receiver before timing.
+	if err := e.startOne("bench_capped", longWork)(ctx); err != nil {
+		return fmt.Errorf("first start: %w", err)
+	}
+	rate, lat, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_capped", longWork))
+	if rate == 0 {
+		return fmt.Errorf("no start succeeded: %v", ferr)
+	}
+	un, _, errs2, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_open", longWork))
+	sy, slat, errs3, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_sync", `{}`))
+	s := &res.Start
+	s.InsertsPerS, s.TasksPerS, s.Ratio = round2(ins), round2(rate), round2(rate/ins)
+	s.P50Ms, s.P99Ms = quantileMs(lat, 0.50), quantileMs(lat, 0.99)
+	s.UncappedPerS, s.SyncPerS, s.SyncRatio, s.SyncP99Ms = round2(un), round2(sy), round2(sy/ins), quantileMs(slat, 0.99)
+	s.Errors = errs + errs2 + errs3
+	return nil
+}
+
+// capPhase drives 4 clients of starts at a workflow capped at capTight and checks, while they
+// run, that the workflow never has more Tasks in flight than the cap.
+func (e *env) capPhase(ctx context.Context, res *Results) error {
+	var refused atomic.Int64
+	stop := make(chan struct{})
+	maxSeen := 0
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var n int
+			if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
+				WHERE o.workflow = 'bench_tight' AND t.state IN ('creating', 'working', 'input_required')`).Scan(&n); err == nil {
+				maxSeen = max(maxSeen, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	start := e.startOne("bench_tight", longWork)
+	_, _, _, ferr := load(ctx, e.o.Clients, min(e.o.Phase, 3*time.Second), func(ctx context.Context) error {
+		err := start(ctx)
+		if errors.Is(err, operations.ErrAtCapacity) {
+			refused.Add(1)
+			return nil
+		}
+		return err
+	})
+	close(stop)
+	wg.Wait()
+	var final int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
+		WHERE o.workflow = 'bench_tight' AND t.state IN ('creating', 'working', 'input_required')`).Scan(&final); err != nil {
+		return err
+	}
+	maxSeen = max(maxSeen, final)
+	res.Start.CapLimit, res.Start.CapMaxInFlight, res.Start.CapRefused = capTight, maxSeen, refused.Load()
+	res.Start.CapExceeded = maxSeen > capTight
+	if refused.Load() == 0 {
+		return fmt.Errorf("the cap never refused a start (%d in flight; first error: %v)", maxSeen, ferr)
+	}
+	return nil
+}
+
+func (e *env) scalePhase(ctx context.Context, res *Results) error {
+	rate, lat, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_capped", longWork))
+	if rate == 0 {
+		return fmt.Errorf("no start succeeded: %v", ferr)
+	}
+	s := &res.Start
+	s.ScaleTasksPerS, s.ScaleP99Ms = round2(rate), quantileMs(lat, 0.99)
+	s.ScaleRatio = round2(rate / s.TasksPerS)
+	s.Errors += errs
+	return nil
+}
+
+// seed fills the ledger to o.Operations with o.OpenTasks open tasks of the capped workflow and
+// o.OpenItems open reconciliation items, then runs VACUUM ANALYZE as an operator would.
+func (e *env) seed(ctx context.Context) error {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var have int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM operations`).Scan(&have); err != nil {
+		return err
+	}
+	n := e.o.Operations - have
+	if n <= 0 {
+		return nil
+	}
+	// Seeded history is not news: the live-update triggers stay quiet while it is written.
+	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
+		return fmt.Errorf("seed needs a superuser connection: %w", err)
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `RESET session_replication_role`) }()
+	const batch = 100_000
+	for from := 1; from <= n; from += batch {
+		to := min(n, from+batch-1)
+		if _, err := conn.Exec(ctx, `
+			WITH g AS (SELECT i, gen_random_uuid() AS id, i <= $3 AS open FROM generate_series($1::int, $2::int) AS i),
+			o AS (
+				INSERT INTO operations (id, tenant, workflow, idempotency_key, request_sha256, actor, object_ref, route, reason_code, reason,
+				                        domain_outcome, attention, attention_reason, created_at, updated_at)
+				SELECT id, CASE WHEN i % 3 = 0 THEN 'globex' ELSE 'acme' END,
+				       CASE WHEN open THEN 'bench_capped' WHEN i % 2 = 0 THEN 'bench_open' ELSE 'bench_watch' END,
+				       'seed-' || i, '', 'app:seed', 'seed ' || i, 'task', 'task_capable', 'seeded',
+				       CASE WHEN open THEN 'pending' WHEN i % 50 = 0 THEN 'unknown' ELSE 'applied' END,
+				       CASE WHEN NOT open AND i % 50 = 0 THEN 'needs_reconciliation' END,
+				       CASE WHEN NOT open AND i % 50 = 0 THEN 'task_unobservable' END,
+				       now() - make_interval(secs => i * 0.5), now() - make_interval(secs => i * 0.5)
+				FROM g RETURNING id, created_at, domain_outcome = 'pending' AS open)
+			INSERT INTO tasks (operation_id, server, tool, era, task_id, state, poll_interval_ms, next_poll_at, polls, result_state,
+			                   terminal_at, created_at, updated_at)
+			SELECT id, 'rcv', 'work_optional', '2025-11-25', 'seed-' || id::text,
+			       CASE WHEN open THEN 'working' ELSE 'completed' END, 1000,
+			       CASE WHEN open THEN now() + interval '30 days' END, 3, CASE WHEN open THEN 'none' ELSE 'fetched' END,
+			       CASE WHEN open THEN NULL ELSE created_at + interval '5 seconds' END, created_at, created_at
+			FROM o`, from, to, e.o.OpenTasks); err != nil {
+			return fmt.Errorf("seed operations: %w", err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO reconciliation_items (operation_id, reason, tenant, workflow, state, next_verify_at, opened_at)
+		SELECT id, 'task_unobservable', tenant, workflow, CASE WHEN row_number() OVER () % 2 = 0 THEN 'needs_person' ELSE 'verifying' END,
+		       now() + interval '30 days', created_at
+		FROM (SELECT id, tenant, workflow, created_at FROM operations WHERE idempotency_key LIKE 'seed-%' AND domain_outcome <> 'pending'
+		      ORDER BY created_at DESC LIMIT $1) s`, e.o.OpenItems); err != nil {
+		return fmt.Errorf("seed reconciliation items: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		return err
+	}
+	return nil
+}
+
+func writeJSON(path string, res *Results) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func printTable(w io.Writer, r *Results) {
+	fmt.Fprintf(w, "\nTaskgate benchmark (%d operations, %d open tasks, %d open items, %d clients)\n", r.Scale.Operations,
+		r.Scale.OpenTasks, r.Scale.OpenItems, r.Scale.Clients)
+	row := func(k string, v any, note string) { fmt.Fprintf(w, "  %-36s %12v  %s\n", k, v, note) }
+	s := r.Start
+	row("start.inserts_per_s", s.InsertsPerS, "plain single-row inserts, same server")
+	row("start.tasks_per_s", s.TasksPerS, "Task starts, capped workflow, empty ledger")
+	row("start.ratio", s.Ratio, "target >= 0.35")
+	row("start.p99_ms", s.P99Ms, "target <= 50")
+	row("start.uncapped_tasks_per_s", s.UncappedPerS, "")
+	row("start.sync_ratio", s.SyncRatio, fmt.Sprintf("%.0f sync starts/s", s.SyncPerS))
+	row("start.scale_ratio", s.ScaleRatio, fmt.Sprintf("%.0f/s at %d operations; target >= 0.9", s.ScaleTasksPerS, r.Scale.Operations))
+	row("start.cap_max_in_flight", s.CapMaxInFlight, fmt.Sprintf("cap %d, %d refused; exceeded=%v", s.CapLimit, s.CapRefused, s.CapExceeded))
+	wf := r.Watch
+	row("watch.tasks_1s", wf.Tasks, fmt.Sprintf("lateness p99 %.0f ms (sampled)", wf.LatenessP99Ms))
+	row("watch.amplification", wf.Amplification, fmt.Sprintf("%d polls", wf.Polls))
+	row("watch.cpu_ms_per_observation", wf.CPUMsPerObservation, fmt.Sprintf("console %.3f ms", wf.ConsoleCPUMsPerPoll))
+	row("watch.bytes_per_task", wf.BytesPerTask, "")
+	row("killswitch.p99_ms", r.KillSwitch.P99Ms, fmt.Sprintf("%d replicas, %d toggles; target <= 50", r.KillSwitch.Replicas, r.KillSwitch.Toggles))
+	row("console.p95_ms", r.Console.P95Ms, "worst page: "+r.Console.WorstPage+"; target <= 50")
+	pages := make([]string, 0, len(r.Console.Pages))
+	for p := range r.Console.Pages {
+		pages = append(pages, p)
+	}
+	slices.Sort(pages)
+	for _, p := range pages {
+		row("  "+p, r.Console.Pages[p], "")
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "  note:", n)
+	}
+}

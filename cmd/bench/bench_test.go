@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/taskgate/taskgate/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(receiverEnv) != "" {
+		if err := runReceiverChild(os.Stdout); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	pgtest.Main(m)
+}
+
+// TestSmoke runs every phase of the benchmark at a tiny scale against the test cluster and the
+// receiver in a child process, and checks that each figure was measured and bench.json holds
+// the keys the table names. It asserts nothing about speed.
+func TestSmoke(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "bench.json")
+	var log strings.Builder
+	err := run(context.Background(), []string{"-database-url", pgtest.URL(t), "-out", out, "-operations", "3000", "-phase", "300ms",
+		"-watch-tasks", "20", "-watch-for", "1500ms", "-toggles", "3", "-page-requests", "2"}, func(string) string { return "" }, &log)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, log.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Start.InsertsPerS <= 0 || r.Start.TasksPerS <= 0 || r.Start.ScaleTasksPerS <= 0 || r.Start.SyncPerS <= 0 {
+		t.Errorf("start figures missing: %+v", r.Start)
+	}
+	if r.Start.CapExceeded || r.Start.CapMaxInFlight > r.Start.CapLimit || r.Start.CapRefused == 0 {
+		t.Errorf("cap: %d in flight of %d, %d refused", r.Start.CapMaxInFlight, r.Start.CapLimit, r.Start.CapRefused)
+	}
+	if r.Watch.Polls <= 0 || r.Watch.Amplification <= 0 {
+		t.Errorf("watch figures missing: %+v", r.Watch)
+	}
+	if r.KillSwitch.Toggles != 3 || r.KillSwitch.P99Ms <= 0 {
+		t.Errorf("kill switch figures: %+v", r.KillSwitch)
+	}
+	if r.Console.P95Ms <= 0 || len(r.Console.Pages) < 10 || r.Console.Pages["overview"] <= 0 {
+		t.Errorf("console figures: %+v", r.Console)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]map[string]any{}
+	for _, sec := range []string{"start", "watch", "killswitch", "console"} {
+		var m map[string]any
+		if err := json.Unmarshal(top[sec], &m); err != nil {
+			t.Fatalf("%s: %v", sec, err)
+		}
+		raw[sec] = m
+	}
+	for _, k := range []string{"start.inserts_per_s", "start.tasks_per_s", "start.ratio", "start.scale_ratio", "start.p99_ms",
+		"watch.max_tasks_1s", "watch.waitfortask_max_tasks_1s", "watch.cpu_ms_per_observation", "watch.waitfortask_cpu_ms_per_poll",
+		"watch.bytes_per_task", "watch.amplification", "killswitch.p99_ms", "console.p95_ms"} {
+		sec, key, _ := strings.Cut(k, ".")
+		if _, ok := raw[sec][key]; !ok {
+			t.Errorf("bench.json lacks %s", k)
+		}
+	}
+}

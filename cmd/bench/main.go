@@ -1,0 +1,73 @@
+// Command bench measures Taskgate against a real PostgreSQL cluster and the reference receiver
+// running in its own process on loopback: the start path beside the same server's plain
+// single-row insert rate, the start rate on a large ledger, the console's pages at that size, the
+// kill switch across three replicas and the durable watcher. It prints a table and writes
+// bench.json.
+//
+//	go run ./cmd/bench                 # full scale: 1,000,000 operations
+//	go run ./cmd/bench -quick          # 100,000 operations (BENCH=quick in make bench)
+//	go run ./cmd/bench -database-url postgres://...   # an existing server instead of a private one
+//
+// Figures are ratios measured in the same run wherever the targets are ratios, so a loaded
+// machine shifts both sides alike.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// receiverEnv, when set in the environment, makes this binary run the reference receiver
+// instead of the benchmark (the benchmark starts itself again as its receiver process).
+const receiverEnv = "TASKGATE_BENCH_RECEIVER"
+
+func main() {
+	if os.Getenv(receiverEnv) != "" {
+		if err := runReceiverChild(os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench receiver:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	var o Options
+	quick := fs.Bool("quick", getenv("BENCH") == "quick", "the smaller scale (100,000 operations; also BENCH=quick)")
+	fs.StringVar(&o.DatabaseURL, "database-url", getenv("BENCH_DATABASE_URL"), "an existing PostgreSQL database to use (env BENCH_DATABASE_URL); empty = a private cluster")
+	fs.StringVar(&o.Out, "out", "bench.json", "where to write the figures")
+	fs.IntVar(&o.Operations, "operations", 0, "ledger size for the scale, console and watch phases (default 1,000,000; 100,000 quick)")
+	fs.DurationVar(&o.Phase, "phase", 0, "length of each timed phase (default 10s; 5s quick)")
+	fs.IntVar(&o.WatchTasks, "watch-tasks", 0, "Tasks watched at a 1s poll interval (default 4,000; 1,000 quick)")
+	fs.DurationVar(&o.WatchFor, "watch-for", 0, "how long the watched Tasks are measured (default 20s; 10s quick)")
+	fs.IntVar(&o.Toggles, "toggles", 0, "kill switch engage/release rounds (default 50)")
+	fs.IntVar(&o.PageRequests, "page-requests", 0, "requests per console page (default 40; 20 quick)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.Quick = *quick
+	o = o.filled()
+	res, err := Run(ctx, o, stdout)
+	if err != nil {
+		return err
+	}
+	printTable(stdout, res)
+	return writeJSON(o.Out, res)
+}

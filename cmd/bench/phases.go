@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taskgate/taskgate/audit"
+	"github.com/taskgate/taskgate/auth"
+	"github.com/taskgate/taskgate/killswitch"
+	"github.com/taskgate/taskgate/reconcile"
+	"github.com/taskgate/taskgate/watch"
+	"github.com/taskgate/taskgate/web"
+)
+
+// killSwitchPhase: three replicas, each with its own flag cache kept current by the
+// database's notifications; per toggle, the time from the switch's commit to the last replica
+// answering new starts accordingly (the kill switch package's propagation hook).
+func (e *env) killSwitchPhase(ctx context.Context, res *Results) error {
+	const replicas = 3
+	p, err := killswitch.MeasurePropagation(ctx, e.pool, replicas, e.o.Toggles)
+	if err != nil {
+		return err
+	}
+	res.KillSwitch = KillSwitchFigures{Replicas: replicas, Toggles: len(p.Samples), P50Ms: quantileMs(p.Samples, 0.5), P99Ms: quantileMs(p.Samples, 0.99)}
+	return nil
+}
+
+// watchPhase starts o.WatchTasks long Tasks that the receiver asks to be polled every
+// o.WatchPoll, runs one watcher replica over them for o.WatchFor, and measures how late due
+// tasks are (sampled every 100 ms), the polls made, and the CPU of this process and of
+// PostgreSQL per poll.
+func (e *env) watchPhase(ctx context.Context, res *Results) error {
+	start := e.startOne("bench_watch", longWork)
+	sem := make(chan struct{}, e.o.Clients)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range e.o.WatchTasks {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := start(ctx); err != nil {
+				mu.Lock()
+				firstErr = cmp(firstErr, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return fmt.Errorf("start watched tasks: %w", firstErr)
+	}
+	polls := func() (int64, error) {
+		var n int64
+		err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(t.polls), 0) FROM tasks t JOIN operations o ON o.id = t.operation_id
+			WHERE o.workflow = 'bench_watch'`).Scan(&n)
+		return n, err
+	}
+	runtime.GC()
+	var m0 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	w, err := watch.New(watch.Config{Store: e.ops.Store(), Servers: e.servers, Policy: e.policy, Operations: e.ops, ReplicaID: "bench",
+		Registerer: prometheus.NewRegistry(), Logger: e.o.Logger})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer w.Stop()
+	// Let the first round of polls (all tasks due at once after their creation) pass.
+	time.Sleep(2 * e.o.WatchPoll)
+	p0, err := polls()
+	if err != nil {
+		return err
+	}
+	self0, pg0 := selfCPU(), e.postgresCPU()
+	t0 := time.Now()
+	var late []time.Duration
+	for time.Since(t0) < e.o.WatchFor {
+		rows, err := e.pool.Query(ctx, `SELECT extract(epoch FROM now() - t.next_poll_at) FROM tasks t JOIN operations o ON o.id = t.operation_id
+			WHERE o.workflow = 'bench_watch' AND t.state IN ('working', 'input_required') AND t.next_poll_at < now()`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var s float64
+			if err := rows.Scan(&s); err != nil {
+				rows.Close()
+				return err
+			}
+			late = append(late, time.Duration(s*float64(time.Second)))
+		}
+		rows.Close()
+		time.Sleep(100 * time.Millisecond)
+	}
+	el := time.Since(t0)
+	self1, pg1 := selfCPU(), e.postgresCPU()
+	p1, err := polls()
+	if err != nil {
+		return err
+	}
+	var m1 runtime.MemStats
+	runtime.ReadMemStats(&m1)
+	n := p1 - p0
+	wf := &res.Watch
+	wf.Tasks, wf.Polls = e.o.WatchTasks, n
+	// Every sample of a task that was not yet due counts as on time.
+	samples := int(el/(100*time.Millisecond)+1) * e.o.WatchTasks
+	for len(late) < samples {
+		late = append(late, 0)
+	}
+	wf.LatenessP99Ms = quantileMs(late, 0.99)
+	if wf.LatenessP99Ms <= 250 {
+		v := e.o.WatchTasks
+		wf.MaxTasks1s = &v
+	}
+	expected := float64(e.o.WatchTasks) * el.Seconds() / e.o.WatchPoll.Seconds()
+	wf.Amplification = round2(float64(n) / expected)
+	wf.BytesPerTask = math.Round(math.Max(0, float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))) / float64(e.o.WatchTasks))
+	if n > 0 {
+		c := float64(self1-self0) / float64(time.Millisecond) / float64(n)
+		wf.ConsoleCPUMsPerPoll = math.Round(c*1000) / 1000
+		wf.CPUMsPerObservation = wf.ConsoleCPUMsPerPoll
+		if pg0 >= 0 && pg1 >= 0 {
+			p := float64(pg1-pg0) / float64(time.Millisecond) / float64(n)
+			p = math.Round(p*1000) / 1000
+			wf.PostgresCPUMsPerPoll = &p
+			wf.CPUMsPerObservation = math.Round((c+p)*1000) / 1000
+		}
+	}
+	w.Stop()
+	// The watched tasks are cancelled on the receiver by nobody; their rows stay open in the
+	// ledger and count as open Tasks of bench_watch (not of the capped workflow).
+	return nil
+}
+
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// selfCPU is this process's user and system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postgresCPU is the CPU time of the private cluster's postmaster and its children (-1 when
+// the server is not this run's own).
+func (e *env) postgresCPU() time.Duration {
+	if e.cluster == nil {
+		return -1
+	}
+	root := e.cluster.Pid()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return -1
+	}
+	hz := int64(100) // USER_HZ on Linux
+	var total int64
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		if pid != root && ppid != root {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		total += ut + st
+	}
+	return time.Duration(total * int64(time.Second) / hz)
+}
+
+var afterLink = regexp.MustCompile(`[?&](?:amp;)?after=([A-Za-z0-9_%.:-]+)`)
+
+// consolePhase serves the console on loopback and fetches each page o.PageRequests times as a
+// signed-in admin, after the ledger is seeded.
+func (e *env) consolePhase(ctx context.Context, res *Results) error {
+	as := auth.NewStore(e.pool, auth.Options{Hash: auth.TestHashParams})
+	sys := audit.Actor{Name: "bench", Kind: audit.KindSystem}
+	acct, _, err := as.CreateAccount(ctx, sys, auth.AllTenants, auth.NewAccount{Email: "bench@example.com", Role: auth.RoleAdmin, Scope: auth.AllTenants})
+	if err != nil {
+		return err
+	}
+	sess, err := as.CreateSession(ctx, acct.ID, "auth.signin", "")
+	if err != nil {
+		return err
+	}
+	srv, err := web.NewServer(web.Deps{Logger: e.o.Logger, Registry: prometheus.NewRegistry(), Version: "bench", Policy: e.policy,
+		Auth: as, Audit: audit.NewStore(e.pool), Manifests: e.mstore, Router: e.router, Operations: e.ops,
+		Reconcile: reconcile.NewStore(e.pool, reconcile.Options{ResolutionReasons: e.policy.ResolutionReasons}),
+		Ready:     web.ReadinessFunc(func(context.Context) error { return nil })})
+	if err != nil {
+		return err
+	}
+	defer srv.CloseStreams()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	base := "http://" + ln.Addr().String()
+	client := &http.Client{Timeout: 60 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(path string) (string, time.Duration, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			return "", 0, err
+		}
+		req.AddCookie(&http.Cookie{Name: web.SessionCookie, Value: sess.Token})
+		t0 := time.Now()
+		r, err := client.Do(req)
+		if err != nil {
+			return "", 0, err
+		}
+		b, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		d := time.Since(t0)
+		if err != nil {
+			return "", 0, err
+		}
+		if r.StatusCode != http.StatusOK {
+			return "", 0, fmt.Errorf("GET %s: status %d", path, r.StatusCode)
+		}
+		return string(b), d, nil
+	}
+	// The deep keyset page: follow the list's next link 20 times.
+	deep := "/operations"
+	for range 20 {
+		body, _, err := get(deep)
+		if err != nil {
+			return err
+		}
+		m := afterLink.FindStringSubmatch(body)
+		if m == nil {
+			break
+		}
+		deep = "/operations?after=" + html.UnescapeString(m[1])
+	}
+	deepQueue := "/reconcile"
+	for range 20 {
+		body, _, err := get(deepQueue)
+		if err != nil {
+			return err
+		}
+		m := afterLink.FindStringSubmatch(body)
+		if m == nil {
+			break
+		}
+		deepQueue = "/reconcile?after=" + html.UnescapeString(m[1])
+	}
+	pages := map[string]string{
+		"overview":                     "/",
+		"operations":                   "/operations",
+		"operations.deep":              deep,
+		"operations.tenant":            "/operations?tenant=globex",
+		"operations.workflow":          "/operations?workflow=bench_capped",
+		"operations.route":             "/operations?route=sync",
+		"operations.task_state":        "/operations?task_state=working",
+		"operations.domain_outcome":    "/operations?domain_outcome=unknown",
+		"operations.attention":         "/operations?attention=true",
+		"operations.mismatch":          "/operations?mismatch=true",
+		"reconcile":                    "/reconcile",
+		"reconcile.deep":               deepQueue,
+		"reconcile.needs_person":       "/reconcile?state=needs_person",
+		"reconcile.verifying":          "/reconcile?state=verifying",
+		"reconcile.tenant":             "/reconcile?tenant=globex",
+		"reconcile.workflow":           "/reconcile?workflow=bench_open",
+		"reconcile.reason":             "/reconcile?reason=task_unobservable",
+		"api.operations":               "/api/v1/operations",
+		"workflows":                    "/workflows",
+		"operations.tenant+task_state": "/operations?tenant=acme&task_state=completed",
+	}
+	// The API list needs a token, not a session; it is measured through the console list.
+	delete(pages, "api.operations")
+	c := &res.Console
+	c.Pages = map[string]float64{}
+	for name, path := range pages {
+		var lat []time.Duration
+		if _, _, err := get(path); err != nil { // warm
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		for range e.o.PageRequests {
+			_, d, err := get(path)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			lat = append(lat, d)
+		}
+		p := quantileMs(lat, 0.95)
+		c.Pages[name] = p
+		if p > c.P95Ms {
+			c.P95Ms, c.WorstPage = p, name
+		}
+	}
+	return nil
+}
+
+func machineInfo() map[string]any {
+	m := map[string]any{"cpus": runtime.NumCPU(), "goos": runtime.GOOS, "goarch": runtime.GOARCH, "go": runtime.Version()}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m["loadavg_at_start"] = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				_, v, _ := strings.Cut(l, ":")
+				m["cpu"] = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
