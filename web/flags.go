@@ -160,3 +160,35 @@ func flagStateTone(state string) string {
 	}
 	return "idle"
 }
+
+// handleFlagHistory exports every flag change (who, when, why, before and after) as CSV or
+// JSON (?format=, default json; ?key= for one flag).
+func (s *Server) handleFlagHistory(w http.ResponseWriter, r *http.Request) {
+	if s.deps.Flags == nil {
+		s.handleNotFound(w, r)
+		return
+	}
+	format, ok := exportFormat(w, r)
+	if !ok {
+		return
+	}
+	if format == "" {
+		format = "json"
+	}
+	hist, err := s.deps.Flags.Store().History(r.Context(), r.URL.Query().Get("key"), 500)
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	rows := make([][]string, 0, len(hist))
+	for _, c := range hist {
+		rows = append(rows, []string{strconv.FormatInt(c.ID, 10), c.At.UTC().Format("2006-01-02T15:04:05Z"), c.Kind, c.Key,
+			c.Actor, c.Reason, string(c.Before), string(c.After)})
+	}
+	s.writeExport(w, r, format, "flag-history", []string{"id", "at", "kind", "key", "actor", "reason", "before", "after"}, rows)
+}
+
+// wantsJSON is true when the client asked for JSON (the console's JSON API for scripts).
+func wantsJSON(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "application/json")
+}

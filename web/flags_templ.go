@@ -121,7 +121,7 @@ func flagsPage(v FlagsView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "</span>. Definitions use flagd's format; <a href=\"/flags?format=json\" download>export them as a flagd file</a>. The kill switch is the flag new-task-starts: change it on the <a href=\"/killswitch\">kill switch page</a>.</p><section data-testid=\"flag-preview\"><h2>Preview</h2><form method=\"get\" action=\"/flags\"><label>Tenant <input name=\"tenant\" required></label> <label>Workflow <input name=\"workflow\"></label> <label>Server <input name=\"server\"></label> <button type=\"submit\">Preview</button></form>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "</span>. Definitions use flagd's format; <a href=\"/flags?format=json\" download>export them as a flagd file</a>; export the history as <a href=\"/flags/history?format=csv\" download>CSV</a> or <a href=\"/flags/history?format=json\" download>JSON</a>. The kill switch is the flag new-task-starts: change it on the <a href=\"/killswitch\">kill switch page</a>.</p><section data-testid=\"flag-preview\"><h2>Preview</h2><form method=\"get\" action=\"/flags\"><label>Tenant <input name=\"tenant\" required></label> <label>Workflow <input name=\"workflow\"></label> <label>Server <input name=\"server\"></label> <button type=\"submit\">Preview</button></form>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

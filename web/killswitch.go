@@ -1,9 +1,11 @@
 package web
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/killswitch"
@@ -120,6 +122,10 @@ func (s *Server) renderKillSwitch(w http.ResponseWriter, r *http.Request, status
 	rows, err := s.switchRows(r)
 	if err != nil {
 		s.serverError(w, r, err)
+		return
+	}
+	if wantsJSON(r) {
+		s.killSwitchJSON(w, status, flash, tone, rows, confirm)
 		return
 	}
 	v := KillSwitchView{Page: s.page("Kill switch", "killswitch"), Flash: flash, FlashTone: tone, Switches: rows,
@@ -282,4 +288,57 @@ func killText(engaged bool) string {
 		return "engaged"
 	}
 	return "released"
+}
+
+// killSwitchJSON answers the kill switch page as JSON for scripts (Accept: application/json;
+// POSTs carry the session's X-CSRF-Token header like any console form).
+func (s *Server) killSwitchJSON(w http.ResponseWriter, status int, msg, tone string, rows []SwitchRow, confirm *SwitchRow) {
+	type gauge struct {
+		InFlight       int     `json:"inFlight"`
+		Oldest         *string `json:"oldest,omitempty"`
+		LatestDeadline *string `json:"latestDeadline,omitempty"`
+		FinishedSince  int     `json:"finishedSinceSwitch"`
+		Fallbacks      int     `json:"fallbacks"`
+	}
+	type sw struct {
+		Switch    string `json:"switch"`
+		Scope     string `json:"scope"`
+		Name      string `json:"name,omitempty"`
+		Engaged   bool   `json:"engaged"`
+		Reason    string `json:"reason,omitempty"`
+		Actor     string `json:"actor,omitempty"`
+		NewStarts string `json:"newStarts"`
+		Drain     gauge  `json:"drain"`
+		Pending   string `json:"releaseRequestedBy,omitempty"`
+	}
+	conv := func(x SwitchRow) sw {
+		g := gauge{InFlight: x.Drain.InFlight, FinishedSince: x.Drain.FinishedSince, Fallbacks: x.Drain.Fallbacks}
+		if x.Drain.Oldest != nil {
+			t := x.Drain.Oldest.UTC().Format(time.RFC3339)
+			g.Oldest = &t
+		}
+		if x.Drain.LatestDeadline != nil {
+			t := x.Drain.LatestDeadline.UTC().Format(time.RFC3339)
+			g.LatestDeadline = &t
+		}
+		return sw{Switch: x.Variant(), Scope: x.Scope, Name: x.Name, Engaged: x.Engaged, Reason: x.Reason, Actor: x.Actor,
+			NewStarts: x.NewStarts, Drain: g, Pending: x.ReleaseRequestedBy}
+	}
+	out := map[string]any{}
+	if msg != "" {
+		out["message"], out["ok"] = msg, tone == "ok"
+	}
+	if confirm != nil {
+		out["confirm"] = conv(*confirm)
+		out["message"] = "not engaged yet: send the same form with confirm=yes"
+	}
+	list := make([]sw, 0, len(rows))
+	for _, x := range rows {
+		list = append(list, conv(x))
+	}
+	out["switches"] = list
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(out)
 }

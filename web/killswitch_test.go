@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -127,4 +128,41 @@ func cloneForm(f url.Values) url.Values {
 		out[k] = append([]string(nil), v...)
 	}
 	return out
+}
+
+// Scripts use the same routes with Accept: application/json and the session's CSRF token.
+func TestKillSwitchJSONAndHistoryExport(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	withRollout(t, e)
+	jsonReq := func(who, method, path string, form url.Values) (*http.Response, map[string]any) {
+		t.Helper()
+		req := e.request(t, who, method, path, form)
+		req.Header.Set("Accept", "application/json")
+		res, body := send(t, req)
+		var out map[string]any
+		if err := json.Unmarshal([]byte(body), &out); err != nil && res.StatusCode < 400 {
+			t.Fatalf("%s %s: %v\n%s", method, path, err, body)
+		}
+		return res, out
+	}
+	form := url.Values{"scope": {"global"}, "reason": {"incident"}}
+	res, out := jsonReq("operator", http.MethodPost, "/killswitch/engage", cloneForm(form))
+	if res.StatusCode != 200 || out["confirm"] == nil {
+		t.Fatalf("unconfirmed engage: %d %v", res.StatusCode, out)
+	}
+	form.Set("confirm", "yes")
+	res, out = jsonReq("operator", http.MethodPost, "/killswitch/engage", form)
+	if res.StatusCode != 200 || out["ok"] != true {
+		t.Fatalf("engage: %d %v", res.StatusCode, out)
+	}
+	_, out = jsonReq("viewer", http.MethodGet, "/killswitch", nil)
+	sws, _ := out["switches"].([]any)
+	if len(sws) == 0 || sws[0].(map[string]any)["switch"] != "kill-switch:global" || sws[0].(map[string]any)["engaged"] != true {
+		t.Fatalf("switches: %v", out)
+	}
+	res, body := e.do(t, "viewer", http.MethodGet, "/flags/history?format=csv", nil)
+	if res.StatusCode != 200 || !strings.Contains(body, "new-task-starts") || !strings.Contains(body, "incident") {
+		t.Fatalf("history export %d:\n%s", res.StatusCode, body)
+	}
 }

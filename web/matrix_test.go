@@ -60,6 +60,7 @@ var routeAccess = map[string]string{
 	"GET /events":                  "viewer",
 
 	"GET /flags":                          "viewer",
+	"GET /flags/history":                  "viewer",
 	"GET /killswitch":                     "viewer",
 	"POST /flags":                         "operator",
 	"POST /flags/revert":                  "operator",

@@ -61,7 +61,8 @@ func (s *Server) routes() http.Handler {
 		r.Get("/gates", s.handleGates)        // gates.go: runs per server and workflow, the repeat queue
 		r.Get("/gates/{id}", s.handleGateRun) // gates.go: one run's cases, evidence and deviations
 		r.With(s.requireRole(auth.RoleOperator)).Post("/gates/run", s.handleStartGate)
-		r.Get("/flags", s.handleFlags)           // flags.go: every flag, history, preview, export
+		r.Get("/flags", s.handleFlags) // flags.go: every flag, history, preview, export
+		r.Get("/flags/history", s.handleFlagHistory)
 		r.Get("/killswitch", s.handleKillSwitch) // killswitch.go: switches and their drain
 		r.With(s.requireRole(auth.RoleOperator)).Post("/flags", s.handlePutFlag)
 		r.With(s.requireRole(auth.RoleOperator)).Post("/flags/revert", s.handleRevertFlag)
