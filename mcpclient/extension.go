@@ -285,7 +285,7 @@ func (c *extConn) GetTask(ctx context.Context, taskID string) (Snapshot, error) 
 		return Snapshot{}, fmt.Errorf("task %s: %w", taskID, err)
 	}
 	if s.Task.ID != taskID {
-		return Snapshot{}, fmt.Errorf("task %s: %w: answer names task %s", taskID, ErrMalformed, s.Task.ID)
+		return Snapshot{}, &TaskIDChangedError{Asked: taskID, Answered: s.Task.ID, Status: s.Task.Status}
 	}
 	s.InputRequests = c.inputs.offer(taskID, s.InputRequests)
 	if v := c.tracker.observe(taskID, s.Task.Status); v != nil {

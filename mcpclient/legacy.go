@@ -427,7 +427,7 @@ func (c *legacyConn) GetTask(ctx context.Context, taskID string) (Snapshot, erro
 		return Snapshot{}, fmt.Errorf("task %s: %w", taskID, err)
 	}
 	if t.ID != taskID {
-		return Snapshot{}, fmt.Errorf("task %s: %w: answer names task %s", taskID, ErrMalformed, t.ID)
+		return Snapshot{}, &TaskIDChangedError{Asked: taskID, Answered: t.ID, Status: t.Status}
 	}
 	s := Snapshot{Task: t, InputRequests: c.inputs.list(taskID)}
 	if v := c.tracker.observe(taskID, t.Status); v != nil {
@@ -479,6 +479,9 @@ func (c *legacyConn) awaitOutcome(ctx context.Context, taskID string, tolerate b
 	// tasks/result counts as the task's own only when the task is terminal
 	// (server-everything answers -32603 on a cancelled task).
 	snap, gerr := c.GetTask(ctx, taskID)
+	if gerr == nil {
+		out.Violation = snap.Violation
+	}
 	switch {
 	case gerr == nil && snap.Task.Status.Terminal():
 		out.Status = snap.Task.Status

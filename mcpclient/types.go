@@ -149,6 +149,9 @@ type Outcome struct {
 	ToolError bool `json:"toolError"`
 	// Task is the last known task description, when one was observed.
 	Task *Task `json:"task,omitempty"`
+	// Violation is set when the status read that confirmed the outcome reported a change
+	// the state machine forbids (e.g. a completed task reported working again).
+	Violation *TransitionError `json:"-"`
 }
 
 // Describe returns the operator-facing label of the outcome, e.g.

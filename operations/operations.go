@@ -299,6 +299,9 @@ type Violation struct {
 	To         string    `json:"to"`
 	Source     string    `json:"source"`
 	ObservedAt time.Time `json:"observed_at"`
+	// Kind is "transition" or "task_id_changed"; Detail says what the server answered.
+	Kind   string `json:"kind,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // Field is one field of a pending input: its name and type, never a value.

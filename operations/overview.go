@@ -116,13 +116,13 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 		})
 		return err
 	})
-	b.Queue(`SELECT v.task_id, v.from_state, v.to_state, v.source, v.observed_at, o.id, o.tenant, o.workflow
+	b.Queue(`SELECT v.task_id, v.from_state, v.to_state, v.source, v.observed_at, v.kind, v.detail, o.id, o.tenant, o.workflow
 		FROM transition_violations v JOIN operations o ON o.id = v.operation_id
 		WHERE ($1 OR o.tenant = ANY($2)) ORDER BY v.observed_at DESC, v.id DESC LIMIT 10`, all, tenants).Query(func(rows pgx.Rows) error {
 		var err error
 		ov.Violations, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecentViolation, error) {
 			var v RecentViolation
-			return v, r.Scan(&v.TaskID, &v.From, &v.To, &v.Source, &v.ObservedAt, &v.OperationID, &v.Tenant, &v.Workflow)
+			return v, r.Scan(&v.TaskID, &v.From, &v.To, &v.Source, &v.ObservedAt, &v.Kind, &v.Detail, &v.OperationID, &v.Tenant, &v.Workflow)
 		})
 		return err
 	})

@@ -301,13 +301,13 @@ func (s *Store) Detail(ctx context.Context, id string) (Detail, error) {
 	if err != nil {
 		return d, fmt.Errorf("timeline of %s: %w", id, err)
 	}
-	rows, err = s.pool.Query(ctx, `SELECT task_id, from_state, to_state, source, observed_at FROM transition_violations WHERE operation_id = $1 ORDER BY id`, id)
+	rows, err = s.pool.Query(ctx, `SELECT task_id, from_state, to_state, source, observed_at, kind, detail FROM transition_violations WHERE operation_id = $1 ORDER BY id`, id)
 	if err != nil {
 		return d, fmt.Errorf("violations of %s: %w", id, err)
 	}
 	d.Violations, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Violation, error) {
 		var v Violation
-		return v, r.Scan(&v.TaskID, &v.From, &v.To, &v.Source, &v.ObservedAt)
+		return v, r.Scan(&v.TaskID, &v.From, &v.To, &v.Source, &v.ObservedAt, &v.Kind, &v.Detail)
 	})
 	if err != nil {
 		return d, fmt.Errorf("violations of %s: %w", id, err)
@@ -759,7 +759,7 @@ func (s *Store) ClaimDue(ctx context.Context, replica string, n int, lease, floo
 			SELECT operation_id, next_poll_at AS due_at FROM tasks
 			WHERE (state IN ('working','input_required') OR result_state = 'pending')
 			  AND next_poll_at <= now()
-			  AND (lease_expires_at IS NULL OR lease_expires_at < now() OR lease_owner = $1)
+			  AND (lease_expires_at IS NULL OR lease_expires_at < now() OR lease_owner = $1 OR `+ownerGone+`)
 			ORDER BY next_poll_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED)

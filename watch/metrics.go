@@ -13,7 +13,7 @@ type metrics struct {
 	polls         *prometheus.CounterVec
 	lateness      prometheus.Histogram
 	amplification prometheus.Histogram
-	violations    prometheus.Counter
+	violations    *prometheus.CounterVec
 	budget        *prometheus.CounterVec
 	notifications prometheus.Counter
 }
@@ -51,8 +51,8 @@ func newMetrics(reg prometheus.Registerer, store *operations.Store) (*metrics, e
 			Help: "How late a poll was claimed after it fell due.", Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
 		amplification: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskgate_watch_polling_amplification",
 			Help: "Per finished task: polls made divided by the polls its pollInterval implied.", Buckets: []float64{.25, .5, .75, 1, 1.25, 1.5, 2, 3, 5}}),
-		violations: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_watch_transition_violations_total",
-			Help: "Observed task status changes the state machine forbids."}),
+		violations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_watch_transition_violations_total",
+			Help: "Observed violations of the task state machine, by kind (transition: a forbidden status change; task_id_changed: an answer naming another task)."}, []string{"kind"}),
 		budget: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_watch_budget_exhausted_total",
 			Help: "Calls that ran out of their budget, by budget (status, result)."}, []string{"budget"}),
 		notifications: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_watch_notifications_total",

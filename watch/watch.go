@@ -68,6 +68,11 @@ type Config struct {
 	UnobservableGrace time.Duration
 	// PassTimeout bounds one pass (default 30s).
 	PassTimeout time.Duration
+	// Heartbeat is how often the replica records that it is alive (default 1s).
+	Heartbeat time.Duration
+	// HeartbeatTimeout is how long the replica may miss beats before other replicas take
+	// over its leases, however long the leases still run (default 3s; at least 2 beats).
+	HeartbeatTimeout time.Duration
 	// Registerer receives the metrics (default: not registered).
 	Registerer prometheus.Registerer
 	// Logger receives logs; no tokens or elicited values are logged (default: discard).
@@ -103,6 +108,11 @@ func (c *Config) validate() error {
 	def(&c.DefaultPoll, time.Second)
 	def(&c.UnobservableGrace, 30*time.Second)
 	def(&c.PassTimeout, 30*time.Second)
+	def(&c.Heartbeat, time.Second)
+	def(&c.HeartbeatTimeout, 3*time.Second)
+	if c.HeartbeatTimeout < 2*c.Heartbeat {
+		return fmt.Errorf("watch: HeartbeatTimeout %v shorter than two heartbeats of %v", c.HeartbeatTimeout, c.Heartbeat)
+	}
 	if c.Jitter == 0 {
 		c.Jitter = 0.1
 	}
@@ -163,31 +173,76 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cancel != nil {
 		return errors.New("watch: already started")
 	}
+	// The first beat comes before the first claim: a replica that never beat holds its
+	// leases until they expire.
+	bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
+	err := s.store.Beat(bctx, s.cfg.ReplicaID, s.cfg.HeartbeatTimeout)
+	bcancel()
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel, s.done, s.bg = cancel, make(chan struct{}), ctx
 	s.work = make(chan func())
-	go s.loop(ctx, s.done, s.work)
+	beating := make(chan struct{})
+	go s.beat(ctx, beating)
+	go func(done chan struct{}) {
+		s.loop(ctx, make(chan struct{}), s.work)
+		<-beating
+		close(done)
+	}(s.done)
 	return nil
+}
+
+// beat records the replica's heartbeat every Heartbeat until ctx ends.
+func (s *Service) beat(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		bctx, cancel := context.WithTimeout(ctx, s.cfg.Heartbeat)
+		if err := s.store.Beat(bctx, s.cfg.ReplicaID, s.cfg.HeartbeatTimeout); err != nil && ctx.Err() == nil {
+			s.log.Warn("heartbeat", "err", err)
+		}
+		cancel()
+	}
 }
 
 // Stop ends the loop and the running input waits, then releases this replica's leases so
 // other replicas take its tasks at once. It is idempotent.
 func (s *Service) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel = nil
-	s.mu.Unlock()
-	if cancel == nil {
+	if !s.halt() {
 		return
 	}
-	cancel()
-	<-done
-	s.awaitWG.Wait()
 	ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 	defer c()
 	if err := s.store.ReleaseLeases(ctx, s.cfg.ReplicaID); err != nil {
 		s.log.Warn("release leases", "err", err)
 	}
+	if err := s.store.Retire(ctx, s.cfg.ReplicaID); err != nil {
+		s.log.Warn("retire replica", "err", err)
+	}
+}
+
+// halt ends the loop, the heartbeat and the input waits, leaving leases and the heartbeat
+// row as they are. It reports whether the service was running.
+func (s *Service) halt() bool {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel = nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return false
+	}
+	cancel()
+	<-done
+	s.awaitWG.Wait()
+	return true
 }
 
 func (s *Service) loop(ctx context.Context, done chan struct{}, work chan func()) {
@@ -288,6 +343,12 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			s.metrics.budget.WithLabelValues("status").Inc()
 		}
+		var changed *mcpclient.TaskIDChangedError
+		if errors.As(err, &changed) {
+			s.violation(ctx, d, operations.ViolationRecord{Kind: operations.ViolationTaskIDChanged, TaskID: changed.Answered,
+				From: string(t.State), To: string(changed.Status), Source: operations.SourcePoll,
+				Detail: "a status read of task " + t.TaskID + " was answered for task " + changed.Answered})
+		}
 		s.failure(ctx, d, conn, err)
 		return
 	}
@@ -303,7 +364,7 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 		}
 	}
 	if res.Violation {
-		s.metrics.violations.Inc()
+		s.metrics.violations.WithLabelValues(operations.ViolationTransition).Inc()
 		log.Warn("task status transition violates the state machine", "from", res.From, "to", snap.Task.Status)
 	}
 	if snap.Task.Status == mcpclient.StatusInputRequired && !res.Violation {
@@ -397,6 +458,28 @@ func (s *Service) failure(ctx context.Context, d operations.Due, conn mcpclient.
 	s.giveUp(ctx, d, operations.StateUnobservable, operations.ReasonTaskUnobservable, "status reads failed for "+s.cfg.UnobservableGrace.String()+" ("+kind+")")
 }
 
+// transitionViolation records a forbidden status change a read outside Observe reported (a
+// terminal task reported running again while its outcome was fetched); the stored state is
+// not changed.
+func (s *Service) transitionViolation(ctx context.Context, d operations.Due, v *mcpclient.TransitionError) {
+	s.violation(ctx, d, operations.ViolationRecord{Kind: operations.ViolationTransition, TaskID: d.Task.TaskID,
+		From: string(v.From), To: string(v.To), Source: operations.SourcePoll,
+		Detail: "reported " + string(v.To) + " after " + string(v.From) + " while the outcome was fetched"})
+}
+
+// violation records and counts a violation on its own context: a pass running out must not
+// lose it.
+func (s *Service) violation(ctx context.Context, d operations.Due, v operations.ViolationRecord) {
+	s.metrics.violations.WithLabelValues(v.Kind).Inc()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.store.RecordViolation(ctx, d.ID, v); err != nil {
+		s.log.Error("record violation", "operation", d.ID, "err", err)
+		return
+	}
+	s.log.Warn("task violates the state machine", "operation", d.ID, "kind", v.Kind, "from", v.From, "to", v.To)
+}
+
 func (s *Service) giveUp(ctx context.Context, d operations.Due, state operations.TaskState, reason, msg string) {
 	if err := s.store.MarkUnknown(ctx, d.ID, state, reason, msg); err != nil {
 		s.log.Error("mark task unknown", "operation", d.ID, "err", err)
@@ -421,11 +504,17 @@ func (s *Service) fetchOutcome(ctx context.Context, d operations.Due, wf *config
 		out = *snap.Outcome
 	} else {
 		conn, cerr := s.cfg.Servers.TaskConn(ctx, t.Server, t)
+		if cerr == nil && t.State.Final() {
+			conn.Seed(t.TaskID, mcpclient.Status(t.State)) // a read that says otherwise is a violation
+		}
 		if cerr != nil {
 			err = cerr
 		} else if t.Era == string(mcpclient.EraExtension) {
 			var sn mcpclient.Snapshot
 			sn, err = withRetries(ctx, wf.Budgets.Result, func(ctx context.Context) (mcpclient.Snapshot, error) { return conn.GetTask(ctx, t.TaskID) })
+			if err == nil && sn.Violation != nil {
+				s.transitionViolation(ctx, d, sn.Violation)
+			}
 			if err == nil && sn.Outcome != nil {
 				out = *sn.Outcome
 			} else if err == nil {
@@ -452,6 +541,9 @@ func (s *Service) fetchOutcome(ctx context.Context, d operations.Due, wf *config
 
 func (s *Service) record(ctx context.Context, d operations.Due, wf *config.Workflow, out mcpclient.Outcome) {
 	t := d.Task
+	if out.Violation != nil {
+		s.transitionViolation(ctx, d, out.Violation)
+	}
 	env := operations.BuildEnvelope(out, t.Server, t.TaskID, wf.KeepResult, t.ServerCreatedAt, time.Now())
 	if err := s.store.RecordEnvelope(ctx, d.ID, env, operations.SourcePoll); err != nil {
 		s.log.Error("store envelope", "operation", d.ID, "err", err)
@@ -534,7 +626,7 @@ func (s *Service) onStatus(server string, snap mcpclient.Snapshot) {
 	}
 	s.metrics.notifications.Inc()
 	if res.Violation {
-		s.metrics.violations.Inc()
+		s.metrics.violations.WithLabelValues(operations.ViolationTransition).Inc()
 	}
 	if res.BecameTerminal || snap.Task.Status == mcpclient.StatusInputRequired {
 		_ = s.store.Reschedule(ctx, op.ID, time.Now())
