@@ -251,3 +251,18 @@ func TestTheQueueRechecksBindingsAndRepeatsTheRunOnAChange(t *testing.T) {
 		t.Fatal("the evidence stayed stale after the repeat run")
 	}
 }
+
+func TestRecheckDoesNotRequeueRightAfterARunThatCouldNotReachTheServer(t *testing.T) {
+	t.Parallel()
+	st := gates.NewStore(pgtest.New(t))
+	ctx := context.Background()
+	r := fakeRun("refund", "honoured", gates.Fail)
+	r.Error = "connect: connection refused"
+	if _, _, err := st.Save(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	s, queued, err := st.Recheck(ctx, gates.Binding{Workflow: "refund", Server: "rcv", ManifestFingerprint: "mf-1", Build: "b1"})
+	if err != nil || queued || s.State != gates.EvidenceMissing || !strings.Contains(strings.Join(s.Reasons, " "), "could not reach") {
+		t.Fatalf("recheck after an unreachable run: %+v queued %v %v", s, queued, err)
+	}
+}

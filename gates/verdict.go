@@ -89,6 +89,10 @@ func short(fp string) string {
 	return fp
 }
 
+// ErrorBackoff is how long Recheck waits after a run that could not reach the server before
+// it queues another.
+var ErrorBackoff = 10 * time.Minute
+
 // Recheck compares b with the workflow's evidence; when a binding changed it voids the
 // latest run and queues a new one (once: an open queue item is not duplicated). It returns
 // the status as it was and whether a run was queued.
@@ -100,6 +104,16 @@ func (s *Store) Recheck(ctx context.Context, b Binding) (Status, bool, error) {
 	reason := "no gate run yet"
 	if len(st.Reasons) > 0 {
 		reason = st.Reasons[0]
+	}
+	// A run that could not reach the server lately is not repeated every pass.
+	var recentError bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM gate_runs WHERE workflow = $1 AND error <> ''
+		AND finished_at > now() - $2 * interval '1 millisecond')`, b.Workflow, ErrorBackoff.Milliseconds()).Scan(&recentError); err != nil {
+		return st, false, err
+	}
+	if recentError {
+		st.Reasons = append(st.Reasons, "the last run could not reach the server; the next is queued after "+ErrorBackoff.String())
+		return st, false, nil
 	}
 	if st.Run != nil && st.Run.VoidedAt == nil {
 		if _, err := s.pool.Exec(ctx, `UPDATE gate_runs SET voided_at = now(), voided_reason = $2 WHERE id = $1 AND voided_at IS NULL`,
