@@ -130,6 +130,8 @@ type Workflow struct {
 	// Gate is the workflow's gate target: the server the gate suites test and their calls.
 	// Nil: the cases that need a target are inconclusive.
 	Gate *Gate `yaml:"gate"`
+	// Rollout is the workflow's rollout plan (nil: the defaults of Plan).
+	Rollout *RolloutPlan `yaml:"rollout"`
 }
 
 // Gate names the server a workflow's gate suites run against and the calls they make.
@@ -556,6 +558,7 @@ func (c *Config) validate(v *validator) {
 		if w.CanaryPercent < 0 || w.CanaryPercent > 100 {
 			at("want 0 to 100", "canary_percent")
 		}
+		validateRollout(w.Rollout, at)
 		for j, o := range w.Owners {
 			if !owners[o] {
 				at(fmt.Sprintf("owner %q is not in the owners list", o), "owners", j)

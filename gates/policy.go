@@ -29,6 +29,7 @@ func TargetFor(pol *config.Config, workflow string, getenv func(string) string, 
 		return Target{}, err
 	}
 	t.Workflow = wf.Name
+	t.Pins = wf.Plan().Pins.Map() // the rollout's pins are bound into the verdict
 	t.Effectful = wf.Effect != "read_only"
 	t.IdempotencyArgument = wf.IdempotencyArgument
 	t.Concurrency = min(max(wf.Concurrency, 1), 8)
