@@ -331,7 +331,7 @@ func cancelWords(d operations.Detail, wf *config.Workflow, progress string, now 
 	if d.IntendedEffect != "" {
 		doing = append(doing, "Intended effect: "+d.IntendedEffect)
 	}
-	doing = append(doing, "Running for "+opElapsed(d.Operation, now)+", now "+stateWords(t.State, false)+".")
+	doing = append(doing, "Running for "+humanDur(now.Sub(d.CreatedAt))+", now "+stateWords(t.State, false)+".")
 	if progress != "" {
 		doing = append(doing, "Last progress message (not an outcome): “"+progress+"”")
 	}

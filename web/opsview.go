@@ -63,9 +63,13 @@ func stateWords(st operations.TaskState, toolError bool) string {
 	case operations.StateInputRequired:
 		return "input required"
 	case operations.StateCreateUnacknowledged:
-		return "create unacknowledged"
+		return "create not acknowledged"
+	case operations.StateUnobservable:
+		return "unobservable"
+	case operations.StateExpired:
+		return "expired on the server"
 	}
-	return string(st)
+	return strings.ReplaceAll(string(st), "_", " ")
 }
 
 // stateTone colours a task state.
@@ -94,13 +98,15 @@ func outcomeWords(o operations.Outcome) string {
 	case operations.OutcomePending:
 		return "pending"
 	case operations.OutcomeNoEffect:
-		return "no effect (read-only)"
+		return "no effect to verify"
 	case operations.OutcomeNotRun:
 		return "not run"
 	case operations.OutcomeUnverified:
-		return "unverified (no verifier)"
+		return "unverified"
+	case operations.OutcomeUnknown:
+		return "unknown"
 	}
-	return string(o)
+	return strings.ReplaceAll(string(o), "_", " ")
 }
 
 // outcomeTone colours a domain outcome.
@@ -128,9 +134,9 @@ func routeWords(op operations.Operation) string {
 func eraShort(era string) string {
 	switch era {
 	case "2025-11-25":
-		return "2025-11 core"
+		return "2025-11-25 core"
 	case "2026-07-28":
-		return "2026-07 ext"
+		return "2026-07-28 extension"
 	}
 	return era
 }
@@ -165,13 +171,26 @@ func humanDur(d time.Duration) string {
 
 // elapsed is how long the operation has run: until its task ended, or until now.
 func opElapsed(op operations.Operation, now time.Time) string {
-	end := now
-	if op.Task != nil && op.Task.TerminalAt != nil {
-		end = *op.Task.TerminalAt
-	} else if op.Task == nil && op.DomainOutcome != operations.OutcomePending {
-		end = op.UpdatedAt
+	t := op.Task
+	switch {
+	case t != nil && t.State == operations.StateCreateUnacknowledged:
+		// The server never acknowledged the create: nobody knows whether it ran, nor for how long.
+		return "fate unknown since " + absTime(op.CreatedAt)
+	case t != nil && t.TerminalAt != nil:
+		return "ran " + humanDur(t.TerminalAt.Sub(op.CreatedAt))
+	case t != nil && t.State == operations.StateUnobservable:
+		return "unobservable since " + absTime(op.UpdatedAt)
+	case t != nil && t.State == operations.StateExpired:
+		return "expired on the server, seen " + absTime(op.UpdatedAt)
+	case t != nil:
+		return "running " + humanDur(now.Sub(op.CreatedAt))
+	case op.Route == operations.RouteReject || op.Route == operations.RouteHandoff || op.DomainOutcome == operations.OutcomeNotRun:
+		// The work never ran here: no clock.
+		return ""
+	case op.DomainOutcome != operations.OutcomePending:
+		return "ran " + humanDur(op.UpdatedAt.Sub(op.CreatedAt))
 	}
-	return humanDur(end.Sub(op.CreatedAt))
+	return "running " + humanDur(now.Sub(op.CreatedAt))
 }
 
 // expiresIn says how long the watchers still follow the task ("" when it is final or has no

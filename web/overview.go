@@ -152,7 +152,7 @@ func (v *HomeView) fill(s *Server, r *http.Request, ov operations.Overview) {
 						q.Set("task_state", string(st))
 					}
 					mc := MatrixCellView{Count: m[o], Href: "/operations?" + q.Encode()}
-					mc.Mismatch = mc.Count > 0 && operations.MatrixCell{TaskState: st, Outcome: o}.Mismatch()
+					mc.Mismatch = mc.Count > 0 && operations.MatrixCell{TaskState: st, ToolError: te, Outcome: o}.Mismatch()
 					row.Cells = append(row.Cells, mc)
 					row.Total += m[o]
 				}

@@ -270,10 +270,18 @@ func (s *Server) reconcileAction(action string) http.HandlerFunc {
 				Note: r.PostFormValue("note"), EvidenceURL: r.PostFormValue("evidence_url")})
 			msg = "Resolved as " + r.PostFormValue("outcome") + "."
 		case "retry":
+			if r.PostFormValue("confirm") != "yes" {
+				break
+			}
 			_, err = s.deps.Reconcile.Retry(r.Context(), actor, scope, it.ID)
 			msg = "Retry sent with the same idempotency key."
 		}
 		status, tone := http.StatusOK, "ok"
+		if action == "retry" && r.PostFormValue("confirm") != "yes" {
+			// A retry after a resolution runs the call again: it needs an explicit confirmation.
+			status, tone, msg = http.StatusUnprocessableEntity, "bad",
+				"Nothing was sent. Tick the confirmation: a retry calls the tool again with the same idempotency key."
+		}
 		if err != nil {
 			st, m := reconcileError(err)
 			if st == 0 {

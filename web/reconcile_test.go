@@ -144,7 +144,17 @@ func TestBrowserReconcileClaimResolve(t *testing.T) {
 			t.Fatalf("claimed by %q", got)
 		}
 		screenshot(t, ctx, "reconcile-claimed")
+		// Nothing is chosen in advance: the outcome and the reason start empty and are required.
+		preset, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#res-outcome").value + "|" + document.querySelector("#res-reason").value`))
+		if err != nil || preset != "|" {
+			t.Fatalf("resolve form pre-selects %q (%v)", preset, err)
+		}
+		firstReason, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#res-reason").options[1].value`))
+		if err != nil || firstReason == "" {
+			t.Fatalf("resolve form pre-selects %q (%v)", preset, err)
+		}
 		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`#res-outcome`), "applied"),
+			chromedp.SetValue(chromedp.CSS(`#res-reason`), firstReason),
 			chromedp.SendKeys(chromedp.CSS(`#res-note`), "receipt found in the ledger"),
 			chromedp.SendKeys(chromedp.CSS(`#res-evidence`), "https://ledger.example/r/1"),
 			chromedp.Click(chromedp.CSS(`[data-testid=resolve]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid=item-resolution]`))); err != nil {
