@@ -54,6 +54,9 @@ const (
 	Delay Action = "delay"
 	// Rewrite passes each matching response message through Rule.Rewrite.
 	Rewrite Action = "rewrite"
+	// Throttle answers a matching request HTTP 429 with Retry-After (Rule.Delay, whole
+	// seconds, at least 1) without forwarding it, as an overloaded server would.
+	Throttle Action = "throttle"
 )
 
 // Rule is one fault. A rule fires Times times (0 = once; negative = always) and then stays
@@ -363,6 +366,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if cut {
 			p.record(msg)
 			abort()
+		}
+		if th := p.take(Throttle, m.Method); th != nil {
+			msg.Fault = Throttle
+			msg.HTTPStatus = http.StatusTooManyRequests
+			p.record(msg)
+			secs := max(1, int((th.Delay+time.Second-1)/time.Second))
+			w.Header().Set("Retry-After", fmt.Sprint(secs))
+			http.Error(w, "faultproxy: too many requests", http.StatusTooManyRequests)
+			return
 		}
 		if d := p.take(Delay, m.Method); d != nil {
 			msg.Fault = Delay

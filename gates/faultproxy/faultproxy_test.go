@@ -310,3 +310,29 @@ func jsonMarshal(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+func TestThrottleAnswers429WithRetryAfterWithoutForwarding(t *testing.T) {
+	t.Parallel()
+	r := setup(t, "extension")
+	r.proxy.Add(faultproxy.Rule{Action: faultproxy.Throttle, Method: "tools/call", Delay: 1500 * time.Millisecond})
+	res, err := r.Ops.Start(context.Background(), acme, operations.StartRequest{IdempotencyKey: "th-1", Workflow: "refund", Tenant: "acme",
+		Actor: "app", ObjectRef: "refund A-1", ObjectVersion: "1", IntendedEffect: "refund", Arguments: []byte(`{"duration_ms": 20}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.Receiver.Counters().ToolCalls["work_required"]; n != 0 {
+		t.Fatalf("a throttled call reached the server %d times", n)
+	}
+	if r.faults(faultproxy.Throttle) != 1 {
+		t.Fatalf("messages %+v", r.proxy.Messages())
+	}
+	for _, m := range r.proxy.Messages() {
+		if m.Fault == faultproxy.Throttle && m.HTTPStatus != 429 {
+			t.Fatalf("throttle logged as %+v", m)
+		}
+	}
+	// The product cannot know the call did not run: it is unacknowledged, never resent.
+	if d := r.Detail(t, res.Response.OperationID); d.Task.State != operations.StateCreateUnacknowledged {
+		t.Fatalf("a 429 on create left the task %s", d.Task.State)
+	}
+}
