@@ -86,6 +86,7 @@ Commands:
   tokens     API tokens for applications: create, list, revoke
   flags      feature flags as a flagd JSON file: import FILE --reason WHY, export [FILE]
   kill       the kill switch: engage|release --workflow W|--server S|--all --reason WHY
+  rollout    status|promote|pause|resume|rollback WORKFLOW --reason WHY
   version    print the build
 
 Run "console COMMAND --help" for a command's options.
@@ -130,6 +131,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return runFlags(ctx, args, getenv, stdout)
 	case "kill":
 		return runKill(ctx, args, getenv, stdout)
+	case "rollout":
+		return runRollout(ctx, args, getenv, stdout)
 	case "version":
 		fmt.Fprintln(stdout, "taskgate", buildVersion())
 		return nil
