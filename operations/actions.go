@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/taskgate/taskgate/internal/safetext"
@@ -167,6 +166,7 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		}
 		return Detail{}, fmt.Errorf("answer %s input %q: %w", id, key, &UpstreamError{Err: err})
 	}
+	s.cfg.Store.answers.remember(id, resp.Content, s.cfg.Now())
 	if err := s.cfg.Store.MarkInputAnswered(actx, id, key, by, string(resp.Action),
 		rec.step(StepInput, op, map[string]any{"key": key, "action": string(resp.Action), "reply": "accepted by the server", "values": "redacted"})); err != nil {
 		return Detail{}, err
@@ -185,25 +185,17 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// redactAnswer returns err with every answered value of content (strings and numbers of two
-// or more characters, as the server would print them) replaced by "[redacted]".
+// redactAnswer returns err with every answered value of content replaced by "[redacted]":
+// strings of two or more characters as typed, numbers by their digits however the server
+// prints them (see redactText).
 func redactAnswer(err error, content map[string]any) error {
 	msg := err.Error()
-	out := msg
+	values := make([]any, 0, len(content))
 	for _, v := range content {
-		var text string
-		switch v := v.(type) {
-		case string:
-			text = v
-		case bool, nil:
-			continue
-		default:
-			text = fmt.Sprint(v)
-		}
-		if text = strings.TrimSpace(text); len(text) >= 2 {
-			out = strings.ReplaceAll(out, text, "[redacted]")
-		}
+		values = append(values, v)
 	}
+	texts, digits := answerNeedles(values)
+	out := redactText(msg, texts, digits)
 	if out == msg {
 		return err
 	}

@@ -20,7 +20,11 @@ import (
 )
 
 // Store is the Postgres store of the ledger, tasks, timelines, inputs and envelopes.
-type Store struct{ pool *pgxpool.Pool }
+type Store struct {
+	pool *pgxpool.Pool
+	// answers are the values people answered, kept in memory until the envelope (echo.go).
+	answers answerMemory
+}
 
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
@@ -858,6 +862,8 @@ func (s *Store) ReleaseLeases(ctx context.Context, replica string) error {
 // state is set to the envelope's terminal status when it was not terminal yet (legacy
 // tasks/result may come first); a stored terminal state is never changed.
 func (s *Store) RecordEnvelope(ctx context.Context, opID string, e Envelope, source string) error {
+	// A value a person answered and the server echoed back is cut out before anything keeps it.
+	redactEnvelope(&e, s.answers.take(opID))
 	var r [4]bool
 	e.StatusMessage, r[0] = safetext.Clean(e.StatusMessage)
 	e.Preview, r[1] = safetext.Clean(e.Preview)
