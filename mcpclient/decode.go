@@ -179,7 +179,23 @@ type wireTask struct {
 	PollIntervalMs *json.RawMessage `json:"pollIntervalMs"`
 }
 
-const maxTaskIDLen = 512
+const maxTaskIDLen = 256
+
+// ValidTaskID reports whether a server's task id is one the client keeps: 1 to 256 printable
+// ASCII characters, without space and without the characters that would blur a path, query,
+// fragment or quoted text it is placed in (/ ? # % \ " ' < > `).
+func ValidTaskID(id string) bool {
+	if id == "" || len(id) > maxTaskIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c <= ' ' || c > '~' || strings.IndexByte("/?#%\\\"'<>`", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // toTask validates a wire task and converts it for era.
 func (w *wireTask) toTask(era Era, lim Limits) (Task, error) {
@@ -187,8 +203,9 @@ func (w *wireTask) toTask(era Era, lim Limits) (Task, error) {
 	if w.TaskID == nil || *w.TaskID == "" {
 		return Task{}, fmt.Errorf("%w: task without taskId", ErrMalformed)
 	}
-	if len(*w.TaskID) > maxTaskIDLen || !utf8.ValidString(*w.TaskID) || strings.IndexFunc(*w.TaskID, unicode.IsControl) >= 0 {
-		return Task{}, fmt.Errorf("%w: unusable taskId", ErrMalformed)
+	if !ValidTaskID(*w.TaskID) {
+		return Task{}, fmt.Errorf("%w: unusable taskId (%d bytes; at most %d printable ASCII characters, none of space / ? # %% \\ \" ' < > `)",
+			ErrMalformed, len(*w.TaskID), maxTaskIDLen)
 	}
 	if w.Status == nil {
 		return Task{}, fmt.Errorf("%w: task %s without status", ErrMalformed, *w.TaskID)

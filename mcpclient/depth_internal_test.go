@@ -2,6 +2,7 @@ package mcpclient
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -21,5 +22,22 @@ func TestToolResultDepthIsBounded(t *testing.T) {
 	}
 	if _, err := decodeToolResult([]byte(deep[:0]+`{"structuredContent":`+strings.Repeat("[", 11)+strings.Repeat("]", 11)+`}`), Limits{MaxDepth: 10}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("12 levels over a limit of 10: %v", err)
+	}
+}
+
+// A task id that would blur a path, query or fragment, or is too long, is refused; ordinary
+// ids pass.
+func TestTaskIDsAreValidated(t *testing.T) {
+	t.Parallel()
+	for id, ok := range map[string]bool{
+		"task_0af3c9": true, "550e8400-e29b-41d4-a716-446655440000": true, "a:b+c=d@e~f.g": true,
+		"../../admin/accounts?x=1#frag": false, "a b": false, "100%": false, `q"uote`: false, "<b>": false,
+		"é": false, strings.Repeat("x", 257): false, "": false,
+	} {
+		raw := []byte(`{"taskId":` + strconv.Quote(id) + `,"status":"working"}`)
+		_, err := decodeTask(raw, EraLegacy, Limits{})
+		if ok != (err == nil) || (!ok && !errors.Is(err, ErrMalformed)) {
+			t.Errorf("task id %.40q: %v", id, err)
+		}
 	}
 }

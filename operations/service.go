@@ -588,7 +588,9 @@ func BuildEnvelope(out mcpclient.Outcome, server, taskID string, keep bool, star
 	if id == "" {
 		id = "sync"
 	}
-	e.EvidenceHandle = fmt.Sprintf("mcp:%s/%s/%s#sha256:%s", server, out.Era, id, e.ResultSHA256[:16])
+	// Each part is escaped, so a handle always splits into server, era, task and hash.
+	e.EvidenceHandle = fmt.Sprintf("mcp:%s/%s/%s#sha256:%s", url.PathEscape(server), url.PathEscape(string(out.Era)), url.PathEscape(id),
+		e.ResultSHA256[:16])
 	return e
 }
 
