@@ -15,9 +15,8 @@ func TestADeadReplicasTasksArePolledWithinSeconds(t *testing.T) {
 	t.Parallel()
 	b := opstest.Setup(t, opstest.Options{Era: "extension", Receiver: receiver.Config{DefaultPollInterval: 100 * time.Millisecond}})
 	const n = 8
-	var ids []string
 	for i := range n {
-		ids = append(ids, b.Start(t, "refund", fmt.Sprintf("hb-%d", i), `{"duration_ms": 20000}`).Response.OperationID)
+		b.Start(t, "refund", fmt.Sprintf("hb-%d", i), `{"duration_ms": 20000}`)
 	}
 	// Leases far longer than the takeover bound: only the heartbeats can hand the tasks on.
 	long := func(c *watch.Config) { c.Lease = 30 * time.Second } // default heartbeats
