@@ -16,6 +16,7 @@ type metrics struct {
 	violations    *prometheus.CounterVec
 	budget        *prometheus.CounterVec
 	notifications prometheus.Counter
+	inFlight      *prometheus.GaugeVec
 }
 
 // stateCollector reports tasks by state from the database at scrape time.
@@ -54,14 +55,16 @@ func newMetrics(reg prometheus.Registerer, store *operations.Store) (*metrics, e
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_watch_transition_violations_total",
 			Help: "Observed violations of the task state machine, by kind (transition: a forbidden status change; task_id_changed: an answer naming another task)."}, []string{"kind"}),
 		budget: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_watch_budget_exhausted_total",
-			Help: "Calls that ran out of their budget, by budget (status, result)."}, []string{"budget"}),
+			Help: "Calls that ran out of their budget, by budget (status, result) and server."}, []string{"budget", "server"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskgate_watch_reads_in_flight",
+			Help: "Status and result reads running, by server."}, []string{"server"}),
 		notifications: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_watch_notifications_total",
 			Help: "Status notifications applied."}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.polls, m.lateness, m.amplification, m.violations, m.budget, m.notifications,
+	for _, c := range []prometheus.Collector{m.polls, m.lateness, m.amplification, m.violations, m.budget, m.notifications, m.inFlight,
 		stateCollector{store: store, desc: prometheus.NewDesc("taskgate_tasks", "Tasks by state.", []string{"state"}, nil)}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

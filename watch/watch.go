@@ -52,6 +52,13 @@ type Config struct {
 	BatchSize int
 	// Parallel is how many polls of a pass run at once (default 16).
 	Parallel int
+	// ServerParallel is how many reads of one server run at once (default 4, at most
+	// Parallel): a slow server holds no more than this many pollers. A due task of a server
+	// at its limit waits for a later pass.
+	ServerParallel int
+	// PassWait is how long a pass waits for its reads before the next pass (default
+	// PollFloor): a slow read goes on in the background and holds up no other task.
+	PassWait time.Duration
 	// Interval is the pause between passes that found nothing due (default 100ms). A pass
 	// that filled its batch is followed at once by another.
 	Interval time.Duration
@@ -102,9 +109,16 @@ func (c *Config) validate() error {
 	if c.Parallel <= 0 {
 		c.Parallel = 16
 	}
+	if c.ServerParallel <= 0 {
+		c.ServerParallel = min(4, c.Parallel)
+	}
+	if c.ServerParallel > c.Parallel {
+		return fmt.Errorf("watch: ServerParallel %d above Parallel %d", c.ServerParallel, c.Parallel)
+	}
 	def(&c.Interval, 100*time.Millisecond)
 	def(&c.Lease, 30*time.Second)
 	def(&c.PollFloor, 250*time.Millisecond)
+	def(&c.PassWait, c.PollFloor)
 	def(&c.DefaultPoll, time.Second)
 	def(&c.UnobservableGrace, 30*time.Second)
 	def(&c.PassTimeout, 30*time.Second)
@@ -147,6 +161,11 @@ type Service struct {
 	// work feeds the Parallel pollers, which live as long as the loop: a goroutine per poll
 	// would start on a small stack and grow it again for every poll.
 	work chan func()
+
+	readMu    sync.Mutex
+	reading   map[string]bool // operations whose read is running
+	perServer map[string]int  // reads running, by server
+	reads     sync.WaitGroup
 }
 
 // New validates cfg and returns a stopped Service.
@@ -158,7 +177,8 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "watch", "replica", cfg.ReplicaID), metrics: m, awaits: map[string]bool{}}
+	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "watch", "replica", cfg.ReplicaID), metrics: m, awaits: map[string]bool{},
+		reading: map[string]bool{}, perServer: map[string]int{}}
 	cfg.Servers.Observe(s.onStatus, s.onInput)
 	return s, nil
 }
@@ -241,6 +261,7 @@ func (s *Service) halt() bool {
 	}
 	cancel()
 	<-done
+	s.reads.Wait()
 	s.awaitWG.Wait()
 	return true
 }
@@ -282,28 +303,86 @@ func (s *Service) loop(ctx context.Context, done chan struct{}, work chan func()
 
 // runOnce claims one batch of due tasks and polls each once; it also follows due jobs. It
 // returns how many tasks it polled.
-func (s *Service) runOnce(ctx context.Context, work chan<- func()) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+func (s *Service) runOnce(loop context.Context, work chan<- func()) (int, error) {
+	ctx, cancel := context.WithTimeout(loop, s.cfg.PassTimeout)
 	defer cancel()
 	due, err := s.store.ClaimDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll, s.cfg.Jitter)
 	if err != nil {
 		return 0, err
 	}
 	var wg sync.WaitGroup
-	wg.Add(len(due))
+	var waiting []string
+	polled := 0
 	for _, d := range due {
-		work <- func() {
+		if !s.startRead(d) {
+			waiting = append(waiting, d.ID)
+			continue
+		}
+		polled++
+		wg.Add(1)
+		s.reads.Add(1)
+		f := func() {
+			defer s.reads.Done()
 			defer wg.Done()
-			s.watchOne(ctx, d)
+			defer s.endRead(d)
+			// Each read has its own context: a pass that moves on neither cancels it nor
+			// leaves its failure unrecorded.
+			rctx, cancel := context.WithTimeout(loop, s.cfg.PassTimeout)
+			defer cancel()
+			s.watchOne(rctx, d)
+		}
+		select {
+		case work <- f:
+		default: // every poller is busy (slow servers): the read runs beside them
+			go f()
 		}
 	}
-	wg.Wait()
+	if len(waiting) > 0 {
+		if err := s.store.Unclaim(ctx, waiting, time.Now().Add(s.cfg.PollFloor)); err != nil {
+			s.log.Warn("hand back tasks of busy servers", "err", err)
+		}
+	}
+	reads := make(chan struct{})
+	go func() { wg.Wait(); close(reads) }()
+	pw := time.NewTimer(s.cfg.PassWait)
+	select {
+	case <-reads:
+	case <-pw.C:
+	case <-loop.Done():
+	}
+	pw.Stop()
 	if s.cfg.Operations != nil {
 		if _, err := s.cfg.Operations.FollowDueJobs(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease); err != nil {
-			return len(due), err
+			return polled, err
 		}
 	}
-	return len(due), nil
+	return polled, nil
+}
+
+// startRead reserves a read of d's server unless the task is being read already or its
+// server is at ServerParallel.
+func (s *Service) startRead(d operations.Due) bool {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	srv := d.Task.Server
+	if s.reading[d.ID] || s.perServer[srv] >= s.cfg.ServerParallel {
+		return false
+	}
+	s.reading[d.ID] = true
+	s.perServer[srv]++
+	s.metrics.inFlight.WithLabelValues(srv).Inc()
+	return true
+}
+
+func (s *Service) endRead(d operations.Due) {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	delete(s.reading, d.ID)
+	srv := d.Task.Server
+	if s.perServer[srv]--; s.perServer[srv] <= 0 {
+		delete(s.perServer, srv)
+	}
+	s.metrics.inFlight.WithLabelValues(srv).Dec()
 }
 
 func (s *Service) workflow(name string) *config.Workflow {
@@ -341,7 +420,7 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 	s.metrics.polls.WithLabelValues(pollResult(err)).Inc()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			s.metrics.budget.WithLabelValues("status").Inc()
+			s.metrics.budget.WithLabelValues("status", t.Server).Inc()
 		}
 		var changed *mcpclient.TaskIDChangedError
 		if errors.As(err, &changed) {
@@ -429,6 +508,9 @@ func withRetries[T any](ctx context.Context, b config.Budget, f func(context.Con
 // server no longer knows) the task becomes unobservable, or expired when the server does not
 // know it and its TTL has passed; the outcome stays unknown. Never failed.
 func (s *Service) failure(ctx context.Context, d operations.Due, conn mcpclient.Conn, err error) {
+	// The read may have used up its context: the failure is recorded on its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	kind := pollResult(err)
 	log := s.log.With("operation", d.ID, "task", d.Task.TaskID, "kind", kind)
 	if kind == "session_gone" {
@@ -526,7 +608,7 @@ func (s *Service) fetchOutcome(ctx context.Context, d operations.Due, wf *config
 	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			s.metrics.budget.WithLabelValues("result").Inc()
+			s.metrics.budget.WithLabelValues("result", t.Server).Inc()
 		}
 		if ctx.Err() != nil {
 			return // pass ended: fetched on a later pass
