@@ -111,6 +111,9 @@ type Config struct {
 	// Profile selects extra tools: "" (the default) or "conformance", which
 	// adds the fixture tools the MCP conformance suites call.
 	Profile string
+	// Hostile turns on hostile modes: the receiver's answers on /mcp break the protocol on
+	// purpose (see Hostile). Empty = a well-behaved receiver.
+	Hostile []Hostile
 }
 
 func (c *Config) withDefaults() {
@@ -165,7 +168,8 @@ type Receiver struct {
 	records  *Records
 	jobs     *jobStore
 	stats    *counters
-	stateKey []byte // HMAC key for MRTR requestState
+	hostile  *hostile // nil unless hostile modes are on
+	stateKey []byte   // HMAC key for MRTR requestState
 
 	sessMu   sync.Mutex
 	sessions map[string]*session
@@ -205,7 +209,19 @@ func New(cfg Config) *Receiver {
 		defer r.wg.Done()
 		r.notes.run(r.publishStatus)
 	}()
+	if len(r.cfg.Hostile) > 0 {
+		r.hostile = newHostile(r.cfg.Hostile)
+	}
 	return r
+}
+
+// HostileHits counts, per hostile mode, the rewrites that mode has made (nil when no hostile
+// mode is on).
+func (r *Receiver) HostileHits() map[Hostile]int {
+	if r.hostile == nil {
+		return nil
+	}
+	return r.hostile.hitCounts()
 }
 
 // Knobs returns the fault knobs; tests set them while the receiver runs.
@@ -266,7 +282,11 @@ func (r *Receiver) goBackground(f func()) {
 // each behind the Host/Origin allow-list (Config.AllowedHosts).
 func (r *Receiver) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/mcp", r.serveMCP)
+	if r.hostile != nil {
+		mux.Handle("/mcp", r.hostile.wrap(http.HandlerFunc(r.serveMCP)))
+	} else {
+		mux.HandleFunc("/mcp", r.serveMCP)
+	}
 	mux.HandleFunc("GET /records/{key}", r.serveRecord)
 	mux.HandleFunc("POST /jobs", r.serveJobCreate)
 	mux.HandleFunc("GET /jobs/{id}", r.serveJobGet)

@@ -21,8 +21,9 @@ func runReceiver(ctx context.Context, args []string, getenv func(string) string,
 	tokens := fs.String("tokens", "", "comma-separated TOKEN=TENANT:ACTOR bindings; empty = unauthenticated single-user mode")
 	profile := fs.String("profile", "", "extra tools: \"\" (none) or conformance (the MCP conformance suites' fixture tools)")
 	hosts := fs.String("allowed-hosts", "", "comma-separated host names a request's Host and Origin may name (default: localhost, 127.0.0.1, ::1)")
+	hostileModes := fs.String("hostile", "", "comma-separated hostile modes (or all): transitions, taskid, huge, deep, markup, nul, malformed, trickle, tools")
 	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: console receiver [--addr 127.0.0.1:PORT] [--eras both|legacy|extension] [--tokens T=TENANT:ACTOR,...] [--profile conformance] [--allowed-hosts H,...]")
+		fmt.Fprintln(stdout, "usage: console receiver [--addr 127.0.0.1:PORT] [--eras both|legacy|extension] [--tokens T=TENANT:ACTOR,...] [--profile conformance] [--allowed-hosts H,...] [--hostile MODE,...|all]")
 		fmt.Fprintln(stdout, "Runs the reference MCP Task receiver: MCP at /mcp, the fake system of record at")
 		fmt.Fprintln(stdout, "/records/{key} and the fake job API at /jobs.")
 		fs.PrintDefaults()
@@ -47,6 +48,11 @@ func runReceiver(ctx context.Context, args []string, getenv func(string) string,
 	default:
 		return fmt.Errorf("receiver: --profile %q: want conformance or nothing", *profile)
 	}
+	hm, err := receiver.ParseHostile(*hostileModes)
+	if err != nil {
+		return fmt.Errorf("receiver: --hostile: %w", err)
+	}
+	cfg.Hostile = hm
 	for _, h := range strings.Split(*hosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			if strings.ContainsAny(h, ":/ ") && !strings.Contains(h, "::") {
@@ -74,6 +80,9 @@ func runReceiver(ctx context.Context, args []string, getenv func(string) string,
 	cfg.Logger = logger
 	r := receiver.New(cfg)
 	defer r.Close()
+	if len(hm) > 0 {
+		fmt.Fprintf(stdout, "reference receiver: HOSTILE modes %v: its answers break the protocol on purpose\n", hm)
+	}
 	fmt.Fprintf(stdout, "reference receiver: MCP endpoint http://%s/mcp\n", ln.Addr())
 	return r.Serve(ctx, ln)
 }
