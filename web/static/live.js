@@ -1,7 +1,7 @@
 // Live updates for the Taskgate console. Regions marked data-live (with hx-get, hx-select and
 // hx-trigger="tg:refresh") are refreshed by htmx when the server-sent event stream at /events
 // says something changed, and every 30 s for relative times. When the stream is unavailable the
-// page falls back to polling every 10 s. The pause control stops all refreshes; the choice is
+// page falls back to polling every 10 s. One tab per browser holds the stream for all of them. The pause control stops all refreshes; the choice is
 // remembered per browser. No inline script: the CSP forbids it.
 (function () {
   "use strict";
@@ -88,19 +88,80 @@
     render();
   });
 
-  if (window.EventSource) {
+  // One stream per browser, shared by every tab: browsers allow six HTTP/1.1 connections per
+  // host, so a stream per tab would leave the seventh tab unable to load. The tab holding the
+  // "taskgate-live" lock opens the stream and relays what it hears to the other tabs over a
+  // BroadcastChannel; when it closes, the lock passes to another tab, which opens the stream.
+  function openStream(onEvent, onClosed) {
     var es = new window.EventSource("/events");
-    es.addEventListener("open", function () { stopPolling(); mode = "stream"; render(); });
-    es.addEventListener("change", soon);
-    es.addEventListener("signedout", function () { es.close(); window.location.reload(); });
+    es.addEventListener("open", function () { onEvent("open"); });
+    es.addEventListener("change", function () { onEvent("change"); });
+    es.addEventListener("signedout", function () { es.close(); onEvent("signedout"); });
     es.addEventListener("error", function () {
       if (es.readyState === window.EventSource.CLOSED) {
-        startPolling();
+        onClosed();
       } else {
-        mode = "connecting";
-        render();
+        onEvent("connecting");
       }
     });
+    return es;
+  }
+
+  function apply(what) {
+    if (what === "open") {
+      stopPolling();
+      mode = "stream";
+      render();
+    } else if (what === "change") {
+      if (mode !== "stream") {
+        stopPolling();
+        mode = "stream";
+      }
+      soon();
+    } else if (what === "signedout") {
+      window.location.reload();
+    } else if (what === "connecting") {
+      mode = "connecting";
+      render();
+    } else if (what === "down") {
+      startPolling();
+    }
+  }
+
+  if (window.EventSource && window.BroadcastChannel && navigator.locks && navigator.locks.request) {
+    var channel = new window.BroadcastChannel("taskgate-live");
+    var leading = false;
+    var streamUp = false;
+    channel.addEventListener("message", function (ev) {
+      var what = ev.data;
+      if (what === "hello") {
+        if (leading && streamUp) {
+          channel.postMessage("open");
+        }
+        return;
+      }
+      apply(what);
+    });
+    channel.postMessage("hello");
+    navigator.locks.request("taskgate-live", function () {
+      leading = true;
+      return new Promise(function (release) {
+        openStream(function (what) {
+          streamUp = what === "open" || what === "change" || (streamUp && what !== "connecting");
+          channel.postMessage(what);
+          apply(what);
+        }, function () {
+          streamUp = false;
+          channel.postMessage("down");
+          apply("down");
+          leading = false;
+          release();
+        });
+      });
+    });
+    document.body.setAttribute("data-live-shared", "true");
+  } else if (window.EventSource) {
+    openStream(apply, function () { apply("down"); });
   } else {
     startPolling();
   }
