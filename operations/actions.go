@@ -124,6 +124,9 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 	op, err := s.running(ctx, scope, id)
 	if err != nil {
 		if errors.Is(err, ErrNotCancellable) {
+			if gone := s.inputGone(ctx, id, key); gone != nil {
+				return Detail{}, gone
+			}
 			return Detail{}, fmt.Errorf("operation %s: %w", id, ErrNoPendingInput)
 		}
 		return Detail{}, err
@@ -144,6 +147,11 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		}
 	}
 	if !open || op.Task.State != StateInputRequired {
+		for _, p := range inputs {
+			if why := whyClosed(p, op.Task.State, s.cfg.Now()); p.Key == key && why != "" {
+				return Detail{}, fmt.Errorf("operation %s: %w", id, &InputExpiredError{Key: key, Reason: why})
+			}
+		}
 		return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, ErrNoPendingInput)
 	}
 	conn, err := s.cfg.Servers.TaskConn(ctx, op.Task.Server, op.Task)
@@ -173,6 +181,25 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 	}
 	_ = s.cfg.Store.Reschedule(actx, id, s.cfg.Now())
 	return s.Get(actx, scope, id)
+}
+
+// inputGone returns why input key of a task that ended cannot be answered, or nil when the
+// input is unknown or was answered.
+func (s *Service) inputGone(ctx context.Context, id, key string) error {
+	op, err := s.cfg.Store.Get(ctx, id)
+	if err != nil || op.Task == nil {
+		return nil
+	}
+	inputs, err := s.cfg.Store.Inputs(ctx, id)
+	if err != nil {
+		return nil
+	}
+	for _, p := range inputs {
+		if why := whyClosed(p, op.Task.State, s.cfg.Now()); p.Key == key && why != "" {
+			return fmt.Errorf("operation %s: %w", id, &InputExpiredError{Key: key, Reason: why})
+		}
+	}
+	return nil
 }
 
 // redactedError is an error whose text had elicited values cut out; errors.Is and errors.As

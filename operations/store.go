@@ -598,6 +598,9 @@ func markUnknown(ctx context.Context, tx pgx.Tx, opID string, state TaskState, r
 		if err := addTimeline(ctx, tx, opID, SourceWatcher, string(state), message); err != nil {
 			return err
 		}
+		if err := closeOpenInputs(ctx, tx, opID, state, message); err != nil {
+			return err
+		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE operations SET domain_outcome = 'unknown', attention = $2, attention_reason = $3, updated_at = now()
 		WHERE id = $1 AND domain_outcome = 'pending'`, opID, AttentionReconcile, reason); err != nil {

@@ -140,6 +140,7 @@ func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 		{operations.ErrNotCancellable, http.StatusConflict, "not_cancellable"},
 		{operations.ErrNoPendingInput, http.StatusConflict, "no_pending_input"},
 		{operations.ErrInputElsewhere, http.StatusConflict, "input_held_elsewhere"},
+		{operations.ErrInputExpired, http.StatusGone, "input_expired"},
 		{operations.ErrAtCapacity, http.StatusTooManyRequests, "at_capacity"},
 		{errUnsupportedMedia, http.StatusUnsupportedMediaType, "unsupported_media_type"},
 		{errTooLarge, http.StatusRequestEntityTooLarge, "too_large"},

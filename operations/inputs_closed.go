@@ -1,0 +1,66 @@
+package operations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrInputExpired: the input request exists but no answer can reach the server any more.
+var ErrInputExpired = errors.New("input request expired")
+
+// InputExpiredError says why an input request can no longer be answered.
+type InputExpiredError struct {
+	// Key is the input request.
+	Key string
+	// Reason says why, in words.
+	Reason string
+}
+
+// Error implements error.
+func (e *InputExpiredError) Error() string {
+	return fmt.Sprintf("input %q can no longer be answered: %s", e.Key, e.Reason)
+}
+
+// Unwrap returns ErrInputExpired.
+func (e *InputExpiredError) Unwrap() error { return ErrInputExpired }
+
+// whyClosed says why input p of a task in state st cannot be answered at now, or "" when it
+// can (or when it was answered: that is not an expiry).
+func whyClosed(p PendingInput, st TaskState, now time.Time) string {
+	switch {
+	case p.AnsweredAt != nil || p.State == "answered":
+		return ""
+	case p.State == "moved_on":
+		return "the task moved on without an answer (now " + string(st) + ")"
+	case p.State == "expired":
+		return "the question was closed: the task is " + string(st)
+	case p.ExpiresAt != nil && !p.ExpiresAt.After(now):
+		return "the question expired at " + p.ExpiresAt.UTC().Format(time.RFC3339)
+	case st != StateInputRequired:
+		return "the task is " + string(st) + ", no longer waiting for input"
+	}
+	return ""
+}
+
+// closeOpenInputs closes the open inputs of a task that will not ask again (unobservable,
+// expired), with the reason on the timeline.
+func closeOpenInputs(ctx context.Context, tx pgx.Tx, opID string, state TaskState, message string) error {
+	rows, err := tx.Query(ctx, `UPDATE pending_inputs SET state = 'expired' WHERE operation_id = $1 AND state = 'open' RETURNING input_key`, opID)
+	if err != nil {
+		return fmt.Errorf("close inputs of %s: %w", opID, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("close inputs of %s: %w", opID, err)
+	}
+	for _, k := range keys {
+		if err := addTimeline(ctx, tx, opID, SourceWatcher, "input_closed", "input "+k+" closed unanswered: the task is "+string(state)+" ("+message+")"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
