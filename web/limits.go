@@ -26,6 +26,8 @@ func (s *Server) bodyDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 			_ = http.NewResponseController(w).SetReadDeadline(s.deps.Now().Add(s.deps.BodyReadTimeout))
+			// Once the body is in, the server clears the deadline itself before it watches the
+			// connection for the client going away (TestBodyDeadlineEndsWithTheBody).
 		}
 		next.ServeHTTP(w, r)
 	})

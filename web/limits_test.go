@@ -323,3 +323,31 @@ func TestPrintedPasswordMustBeChangedFirst(t *testing.T) {
 		t.Errorf("a viewer changing its password: %d", res.StatusCode)
 	}
 }
+
+// A request whose body arrived in time keeps its context while the handler works on past the
+// body read timeout.
+func TestBodyDeadlineEndsWithTheBody(t *testing.T) {
+	t.Parallel()
+	s := &Server{deps: Deps{Now: time.Now, BodyReadTimeout: 200 * time.Millisecond}}
+	ts := httptest.NewServer(s.bodyDeadline(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-time.After(700 * time.Millisecond):
+			_, _ = w.Write([]byte("done"))
+		case <-r.Context().Done():
+			t.Error("the request's context ended after its body was read: the body deadline outlived the body")
+		}
+	})))
+	defer ts.Close()
+	res, err := http.Post(ts.URL, "text/plain", strings.NewReader("payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if b, _ := io.ReadAll(res.Body); string(b) != "done" {
+		t.Errorf("answer %q", b)
+	}
+}
