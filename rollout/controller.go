@@ -369,9 +369,13 @@ func (c *Controller) move(ctx context.Context, actor audit.Actor, from Status, a
 		}
 		var cur *string
 		var curStep int
-		err := tx.QueryRow(ctx, `SELECT stage, step FROM workflow_rollouts WHERE workflow = $1`, from.Workflow).Scan(&cur, &curStep)
+		var curPaused string
+		err := tx.QueryRow(ctx, `SELECT stage, step, promotion_paused_reason FROM workflow_rollouts WHERE workflow = $1`, from.Workflow).Scan(&cur, &curStep, &curPaused)
 		if err == nil && cur != nil && (Stage(*cur) != from.Stage || curStep != from.Step) {
 			return &Refusal{Action: action, Reasons: []string{fmt.Sprintf("the rollout moved meanwhile to %s step %d", *cur, curStep)}}
+		}
+		if err == nil && (curPaused == "") != (from.Paused == "") {
+			return &Refusal{Action: action, Reasons: []string{"the rollout was paused or resumed meanwhile"}}
 		}
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
@@ -429,3 +433,25 @@ func needReason(reason string) error {
 
 // Pool is the controller's database pool.
 func (c *Controller) Pool() *pgxpool.Pool { return c.cfg.Pool }
+
+// Run checks every workflow's pins and, in the canary stage, its analysis every period until
+// ctx ends; a drift or a crossed threshold pauses the rollout by itself. Errors go to logf.
+func (c *Controller) Run(ctx context.Context, every time.Duration, logf func(msg string, args ...any)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		for _, w := range c.cfg.Policy.Workflows {
+			if _, _, err := c.CheckDrift(ctx, w.Name); err != nil && !errors.Is(err, ErrRefused) && ctx.Err() == nil {
+				logf("rollout drift check failed", "workflow", w.Name, "err", err)
+			}
+			if _, _, err := c.Watch(ctx, w.Name); err != nil && !errors.Is(err, ErrRefused) && ctx.Err() == nil {
+				logf("rollout analysis failed", "workflow", w.Name, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -69,6 +69,8 @@ func (s *Server) routes() http.Handler {
 		r.With(s.requireRole(auth.RoleOperator)).Post("/killswitch/engage", s.handleEngage)
 		r.With(s.requireRole(auth.RoleOperator)).Post("/killswitch/release", s.handleRelease)
 		r.With(s.requireRole(auth.RoleOperator)).Post("/killswitch/approve", s.handleApproveRelease)
+		r.Get("/rollouts", s.handleRollouts) // rollouts.go: stages, evidence, canary health, history
+		r.With(s.requireRole(auth.RoleOperator)).Post("/rollouts/{workflow}/{action}", s.handleRolloutMove)
 		r.Get("/events", s.limitStreams(s.handleEvents)) // limits.go: streams per session and in total
 		r.Get(passwordPath, s.handlePasswordForm)        // password.go: change one's own password
 		r.Post(passwordPath, s.handleChangePassword)

@@ -91,6 +91,8 @@ type Deps struct {
 	Gates *gates.Store
 	// Flags are the feature flags and kill switches (nil: their pages and OFREP are off).
 	Flags *killswitch.Service
+	// Rollouts moves workflows through their rollout stages (nil: the Rollouts page is off).
+	Rollouts *rollout.Controller
 	// KillSwitchFourEyes makes a kill switch release wait for a second operator's approval.
 	KillSwitchFourEyes bool
 }

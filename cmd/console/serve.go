@@ -266,6 +266,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer gateQueue.Stop()
+	// The rollout controller: audited moves, and every 30s the pins and canary analysis of each
+	// workflow, pausing a rollout by itself on a drift or a crossed threshold.
+	rollouts, err := rollout.NewController(rollout.ControllerConfig{Policy: policy, Pool: db.Pool, Evidence: gateStore,
+		Manifests: mstore, Kill: flags, Build: buildVersion()})
+	if err != nil {
+		return err
+	}
+	rolloutCtx, stopRollouts := context.WithCancel(ctx)
+	defer stopRollouts()
+	go rollouts.Run(rolloutCtx, 30*time.Second, logger.With("component", "rollout").Error)
 	srv, err := web.NewServer(web.Deps{
 		SecureCookies: *secureCookies,
 		// TASKGATE_METRICS_TOKEN also serves /metrics on the console's address, to callers
@@ -285,6 +295,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Reconcile:    recStore,
 		Gates:        gateStore,
 		Flags:        flags,
+		Rollouts:     rollouts,
 		// A kill switch release waits for a second operator when this is set.
 		KillSwitchFourEyes: getenv("TASKGATE_KILL_RELEASE_FOUR_EYES") == "1",
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {

@@ -1,0 +1,174 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/taskgate/taskgate/auth"
+	"github.com/taskgate/taskgate/rollout"
+)
+
+// RolloutRow is one workflow on the Rollouts page.
+type RolloutRow struct {
+	Status   rollout.Status
+	Analysis rollout.Analysis
+}
+
+// RolloutConfirm is the confirmation of a move: what will change and for how many tenants.
+type RolloutConfirm struct {
+	Workflow, Action, Reason, Change string
+}
+
+// RolloutsView is the Rollouts page.
+type RolloutsView struct {
+	Page
+	Flash, FlashTone string
+	Rows             []RolloutRow
+	CanChange        bool
+	Confirm          *RolloutConfirm
+	Refused          []string
+}
+
+var rolloutActions = map[string]bool{"promote": true, "pause": true, "resume": true, "rollback": true}
+
+// handleRollouts shows every workflow's stage and step, gate evidence, pins and drift, the
+// canary beside the incumbent and the history, with the moves an operator may make.
+func (s *Server) handleRollouts(w http.ResponseWriter, r *http.Request) {
+	s.renderRollouts(w, r, http.StatusOK, "", "", nil, nil)
+}
+
+func (s *Server) renderRollouts(w http.ResponseWriter, r *http.Request, status int, flash, tone string, confirm *RolloutConfirm, refused []string) {
+	if s.deps.Rollouts == nil || s.deps.Policy == nil {
+		s.handleNotFound(w, r)
+		return
+	}
+	var rows []RolloutRow
+	for _, wf := range s.deps.Policy.Workflows {
+		st, err := s.deps.Rollouts.Status(r.Context(), wf.Name)
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		a, err := s.deps.Rollouts.Analyze(r.Context(), wf.Name)
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		if len(st.History) > 10 {
+			st.History = st.History[:10]
+		}
+		rows = append(rows, RolloutRow{Status: st, Analysis: a})
+	}
+	if wantsJSON(r) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]any{"message": flash, "tone": tone, "rollouts": rows, "confirm": confirm, "refused": refused})
+		return
+	}
+	v := RolloutsView{Page: s.page("Rollouts", "rollouts"), Flash: flash, FlashTone: tone, Rows: rows,
+		CanChange: principal(r).Can(auth.RoleOperator), Confirm: confirm, Refused: refused}
+	s.render(w, r, status, rolloutsPage(v))
+}
+
+// handleRolloutMove makes one move (promote, pause, resume, rollback) after a confirmation that
+// says what will change and for how many tenants.
+func (s *Server) handleRolloutMove(w http.ResponseWriter, r *http.Request) {
+	if s.deps.Rollouts == nil || s.deps.Policy == nil {
+		s.handleNotFound(w, r)
+		return
+	}
+	name, action := chi.URLParam(r, "workflow"), chi.URLParam(r, "action")
+	wf, ok := s.deps.Policy.Workflow(name)
+	if !ok || !rolloutActions[action] {
+		s.handleNotFound(w, r)
+		return
+	}
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if reason == "" || len(reason) > 1000 {
+		s.renderRollouts(w, r, http.StatusBadRequest, "Say why (a reason of at most 1000 characters is required).", "bad", nil, nil)
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		st, err := s.deps.Rollouts.Status(r.Context(), wf.Name)
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		s.renderRollouts(w, r, http.StatusOK, "", "", &RolloutConfirm{Workflow: wf.Name, Action: action, Reason: reason,
+			Change: s.moveChange(st, action)}, nil)
+		return
+	}
+	var err error
+	by := s.actor(r)
+	switch action {
+	case "promote":
+		_, err = s.deps.Rollouts.Promote(r.Context(), by, wf.Name, reason)
+	case "pause":
+		_, err = s.deps.Rollouts.Pause(r.Context(), by, wf.Name, reason)
+	case "resume":
+		_, err = s.deps.Rollouts.Resume(r.Context(), by, wf.Name, reason)
+	case "rollback":
+		_, err = s.deps.Rollouts.Rollback(r.Context(), by, wf.Name, reason)
+	}
+	var ref *rollout.Refusal
+	if errors.As(err, &ref) {
+		s.renderRollouts(w, r, http.StatusConflict, fmt.Sprintf("The %s of %s was refused.", action, wf.Name), "bad", nil, ref.Reasons)
+		return
+	}
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	s.renderRollouts(w, r, http.StatusOK, fmt.Sprintf("%s of %s done.", titleWord(action), wf.Name), "ok", nil, nil)
+}
+
+func titleWord(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// moveChange says in words what a move changes and for how many of the policy's tenants.
+func (s *Server) moveChange(st rollout.Status, action string) string {
+	inside := func(stage rollout.Stage, pct int) int {
+		n := 0
+		for _, t := range s.deps.Policy.Tenants {
+			if stage == rollout.StageFull || (stage == rollout.StageCanary && rollout.Bucket(st.Workflow, t) < pct) {
+				n++
+			}
+		}
+		return n
+	}
+	total := len(s.deps.Policy.Tenants)
+	now := inside(st.Stage, st.Percent)
+	switch action {
+	case "promote":
+		if st.Next == "" {
+			return "Already at full: nothing to promote."
+		}
+		return fmt.Sprintf("%s moves from %s to %s: %d of %d tenants on the Task route (now %d).",
+			st.Workflow, stageText(st.Stage, st.Percent), stageText(st.Next, st.NextPercent), inside(st.Next, st.NextPercent), total, now)
+	case "pause":
+		return fmt.Sprintf("Promotion of %s stops at %s; the %d of %d tenants on the Task route stay there.", st.Workflow, stageText(st.Stage, st.Percent), now, total)
+	case "resume":
+		return fmt.Sprintf("The pause of %s is cleared and the hold time starts again.", st.Workflow)
+	}
+	return fmt.Sprintf("The kill switch of %s is engaged and the stage goes back to off: %d of %d tenants return to the incumbent route; running Tasks are watched until drained.",
+		st.Workflow, now, total)
+}
+
+func stageText(stage rollout.Stage, pct int) string {
+	if stage == rollout.StageCanary {
+		return fmt.Sprintf("canary %d%%", pct)
+	}
+	return string(stage)
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }

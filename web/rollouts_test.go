@@ -1,0 +1,126 @@
+package web
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"net/http/httptest"
+
+	"github.com/taskgate/taskgate/gates"
+	"github.com/taskgate/taskgate/manifests"
+	"github.com/taskgate/taskgate/rollout"
+)
+
+// withRollouts gives the console a rollout controller on top of withRollout's manifests and
+// flags, with the demo server probed once.
+func withRollouts(t *testing.T, e *testEnv) *rollout.Controller {
+	t.Helper()
+	prober := withRollout(t, e)
+	if _, err := prober.ProbeNow(t.Context(), "demo", manifests.Probe{Trigger: manifests.TriggerCLI}); err != nil {
+		t.Fatal(err)
+	}
+	deps := e.srv.deps
+	deps.Manifests, deps.Prober, deps.Flags = manifests.NewStore(e.pool), prober, e.flags
+	deps.Registry = prometheus.NewRegistry()
+	c, err := rollout.NewController(rollout.ControllerConfig{Policy: deps.Policy, Pool: e.pool, Evidence: deps.Gates,
+		Manifests: deps.Manifests, Kill: e.flags, Build: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps.Rollouts = c
+	srv, err := NewServer(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	t.Cleanup(srv.CloseStreams)
+	e.URL = ts.URL
+	return c
+}
+
+// passRefundGates stores a passing gate run of refund for the demo server's current manifest.
+func passRefundGates(t *testing.T, e *testEnv) {
+	t.Helper()
+	v, err := manifests.NewStore(e.pool).Latest(t.Context(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &gates.Run{Binding: gates.Binding{Workflow: "refund", Server: "demo", ManifestFingerprint: v.Fingerprint, Build: "test"},
+		StartedBy: "test", Era: "2025-11-25", Started: time.Now().UTC(), Finished: time.Now().UTC(), Verdict: gates.Pass}
+	r.DeviationFingerprint = r.Deviations.Fingerprint()
+	if _, _, err := e.srv.deps.Gates.Save(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRolloutsPageMovesWithConfirmation(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	withRollouts(t, e)
+	res, body := e.do(t, "viewer", http.MethodGet, "/rollouts", nil)
+	if res.StatusCode != 200 || !strings.Contains(body, `data-testid="rollout-refund"`) || !strings.Contains(body, `data-testid="rollout-health"`) {
+		t.Fatalf("viewer page %d:\n%s", res.StatusCode, body)
+	}
+	if strings.Contains(body, `data-testid="rollback-form-refund"`) {
+		t.Error("a viewer is offered a move")
+	}
+	if res, _ := e.do(t, "viewer", http.MethodPost, "/rollouts/refund/rollback", url.Values{"reason": {"x"}}); res.StatusCode != http.StatusForbidden {
+		t.Errorf("viewer rollback: %d", res.StatusCode)
+	}
+	if res, _ := e.do(t, "operator", http.MethodPost, "/rollouts/refund/rollback", url.Values{"reason": {"x"}, csrfField: {"forged"}}); res.StatusCode != http.StatusForbidden {
+		t.Errorf("rollback with a forged CSRF token: %d", res.StatusCode)
+	}
+	if res, _ := e.do(t, "operator", http.MethodPost, "/rollouts/refund/rollback", url.Values{}); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("rollback without a reason: %d", res.StatusCode)
+	}
+	if res, _ := e.do(t, "operator", http.MethodPost, "/rollouts/nope/rollback", url.Values{"reason": {"x"}}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("rollback of an unknown workflow: %d", res.StatusCode)
+	}
+	// Rollback (refund is full in the example policy): first a confirmation, then the move.
+	res, body = e.do(t, "operator", http.MethodPost, "/rollouts/refund/rollback", url.Values{"reason": {"errors"}})
+	if res.StatusCode != 200 || !strings.Contains(body, `data-testid="move-confirm"`) || !strings.Contains(body, "3 of 3 tenants return to the incumbent route") {
+		t.Fatalf("rollback confirmation %d:\n%s", res.StatusCode, body)
+	}
+	res, body = e.do(t, "operator", http.MethodPost, "/rollouts/refund/rollback", url.Values{"reason": {"errors"}, "confirm": {"yes"}})
+	if res.StatusCode != 200 || !strings.Contains(body, "Rollback of refund done") {
+		t.Fatalf("rollback %d:\n%s", res.StatusCode, body)
+	}
+	if v := e.flags.Check(t.Context(), startOf("refund")); !v.Blocked {
+		t.Fatalf("rollback left the kill switch released: %+v", v)
+	}
+	// Promotion without gate evidence is refused, naming it.
+	res, body = e.do(t, "operator", http.MethodPost, "/rollouts/refund/promote", url.Values{"reason": {"go"}, "confirm": {"yes"}})
+	if res.StatusCode != http.StatusConflict || !strings.Contains(body, `data-testid="refusal"`) || !strings.Contains(body, "no gate run for workflow refund") {
+		t.Fatalf("promote without gates %d:\n%s", res.StatusCode, body)
+	}
+	passRefundGates(t, e)
+	res, body = e.do(t, "operator", http.MethodPost, "/rollouts/refund/promote", url.Values{"reason": {"gates passed"}})
+	if !strings.Contains(body, "refund moves from off to shadow") {
+		t.Fatalf("promote confirmation %d:\n%s", res.StatusCode, body)
+	}
+	res, body = e.do(t, "operator", http.MethodPost, "/rollouts/refund/promote", url.Values{"reason": {"gates passed"}, "confirm": {"yes"}})
+	if res.StatusCode != 200 || !strings.Contains(body, "Promote of refund done") {
+		t.Fatalf("promote %d:\n%s", res.StatusCode, body)
+	}
+	res, body = e.do(t, "operator", http.MethodPost, "/rollouts/refund/pause", url.Values{"reason": {"watching"}, "confirm": {"yes"}})
+	if res.StatusCode != 200 || !strings.Contains(body, `data-testid="rollout-paused"`) {
+		t.Fatalf("pause %d:\n%s", res.StatusCode, body)
+	}
+	for _, action := range []string{"rollout.rollback", "rollout.promote", "rollout.pause"} {
+		found := false
+		for _, r := range e.auditRows(t) {
+			if r.Action == action && r.Target == "workflow:refund" && r.Actor == "operator@test" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no audit entry %s by the operator", action)
+		}
+	}
+}
