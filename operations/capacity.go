@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -98,27 +99,72 @@ func (s *Service) insertFor(wf *config.Workflow, base Insert, d Decision) (Inser
 	return ins, nil
 }
 
-// applyCapacity runs in.Capacity inside the start transaction: it takes the workflow's
-// capacity lock (held to commit, so concurrent starts of one workflow count one after the
-// other), leaves a repeat of a known key to the insert's conflict handling, and counts the
-// workflow's non-terminal tasks.
-func applyCapacity(ctx context.Context, tx pgx.Tx, in Insert) (Insert, error) {
-	r := in.Request
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('taskgate.capacity:' || $1, 0))`, r.Workflow); err != nil {
-		return in, fmt.Errorf("capacity lock of %s: %w", r.Workflow, err)
+// openTaskStates are the task states that hold a slot of the workflow's cap.
+const openTaskStates = `('creating', 'working', 'input_required')`
+
+// capacitySlot is a slot of a workflow's cap reserved for one start; settle keeps it when the
+// start wrote its task, and gives it back otherwise.
+type capacitySlot struct {
+	store    *Store
+	workflow string
+}
+
+func (c *capacitySlot) settle(ctx context.Context, kept bool) {
+	if c == nil || kept {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := c.store.pool.Exec(ctx, `UPDATE workflow_in_flight SET in_flight = greatest(in_flight - 1, 0) WHERE workflow = $1`,
+		c.workflow); err != nil {
+		// The slot stays taken: the cap errs on the side of fewer Tasks until a recount.
+		slog.Default().Warn("capacity slot not released", "workflow", c.workflow, "err", err)
+	}
+}
+
+// applyCapacity runs in.Capacity for a start of a capped workflow. A repeat of a known key is
+// left to the insert's conflict handling. Otherwise one slot is reserved on the workflow's
+// counter row with a conditional UPDATE (in_flight < cap) in its own statement, outside the
+// start transaction (before it begins, so a start never holds two connections): concurrent starts of a workflow never wait for each other's commit, and
+// no start gets past the cap. At the cap nothing is reserved and in.Capacity chooses the
+// policy's backpressure. The counter row is created on first use, and recounted from the
+// ledger when the cap in force differs from the one it was counted for.
+func (s *Store) applyCapacity(ctx context.Context, in Insert) (Insert, *capacitySlot, error) {
+	r := in.Request
 	var known bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM operations WHERE tenant = $1 AND workflow = $2 AND idempotency_key = $3)`,
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM operations WHERE tenant = $1 AND workflow = $2 AND idempotency_key = $3)`,
 		r.Tenant, r.Workflow, r.IdempotencyKey).Scan(&known); err != nil {
-		return in, fmt.Errorf("capacity of %s: %w", r.Workflow, err)
+		return in, nil, fmt.Errorf("capacity of %s: %w", r.Workflow, err)
 	}
 	if known {
-		return in, nil
+		return in, nil, nil
+	}
+	limit := in.CapacityLimit
+	count := `(SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
+		WHERE o.workflow = $1 AND t.state IN ` + openTaskStates + `)`
+	if _, err := s.pool.Exec(ctx, `INSERT INTO workflow_in_flight (workflow, in_flight, cap_seen) SELECT $1, `+count+`, $2
+		ON CONFLICT (workflow) DO UPDATE SET in_flight = `+count+`, cap_seen = $2, counted_at = now()
+		WHERE workflow_in_flight.cap_seen <> $2`, r.Workflow, limit); err != nil {
+		return in, nil, fmt.Errorf("count tasks in flight of %s: %w", r.Workflow, err)
 	}
 	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
-		WHERE o.workflow = $1 AND t.state IN ('creating', 'working', 'input_required')`, r.Workflow).Scan(&n); err != nil {
-		return in, fmt.Errorf("count tasks in flight of %s: %w", r.Workflow, err)
+	err := s.pool.QueryRow(ctx, `UPDATE workflow_in_flight SET in_flight = in_flight + 1
+		WHERE workflow = $1 AND in_flight < $2 RETURNING in_flight - 1`, r.Workflow, limit).Scan(&n)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if err := s.pool.QueryRow(ctx, `SELECT in_flight FROM workflow_in_flight WHERE workflow = $1`, r.Workflow).Scan(&n); err != nil {
+			return in, nil, fmt.Errorf("tasks in flight of %s: %w", r.Workflow, err)
+		}
+		out, err := in.Capacity(max(n, limit))
+		return out, nil, err
+	case err != nil:
+		return in, nil, fmt.Errorf("reserve a slot of %s: %w", r.Workflow, err)
 	}
-	return in.Capacity(n)
+	slot := &capacitySlot{store: s, workflow: r.Workflow}
+	out, err := in.Capacity(n)
+	if err != nil {
+		slot.settle(ctx, false)
+		return out, nil, err
+	}
+	return out, slot, nil
 }

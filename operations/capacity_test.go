@@ -113,3 +113,47 @@ func TestConcurrencyCapTakesTheFallbackWhenThePolicySaysSo(t *testing.T) {
 		t.Fatalf("fallback operation: route %s task %+v envelope %+v", d.Route, d.Task, d.Envelope)
 	}
 }
+
+func TestConcurrencyCapSlotIsFreedWhenATaskEnds(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{Extra: cappedWorkflows})
+	ctx := context.Background()
+	start := func(i int) (operations.StartResult, error) {
+		return b.Ops.Start(ctx, acme, operations.StartRequest{IdempotencyKey: fmt.Sprint("slot-", i), Workflow: "capped",
+			Tenant: "acme", Actor: "app:billing", Arguments: []byte(`{"outcome": "hang"}`)})
+	}
+	var first string
+	for i := range 2 {
+		res, err := start(i)
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		if i == 0 {
+			first = res.Response.OperationID
+		}
+	}
+	if _, err := start(2); !errors.Is(err, operations.ErrAtCapacity) {
+		t.Fatalf("third start at a cap of 2: %v", err)
+	}
+	// A repeat of a known key is a replay, not a new slot.
+	if res, err := start(1); err != nil || !res.Replayed {
+		t.Fatalf("repeat: %v (replayed %v)", err, res.Replayed)
+	}
+	// The task ends (as a watcher records it): its slot is free for the next start.
+	if _, err := b.Pool.Exec(ctx, `UPDATE tasks SET state = 'cancelled', terminal_at = now() WHERE operation_id = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start(3); err != nil {
+		t.Fatalf("start after a task ended: %v", err)
+	}
+	var inFlight int
+	if err := b.Pool.QueryRow(ctx, `SELECT in_flight FROM workflow_in_flight WHERE workflow = 'capped'`).Scan(&inFlight); err != nil {
+		t.Fatal(err)
+	}
+	if inFlight != 2 {
+		t.Errorf("counter says %d in flight, want 2", inFlight)
+	}
+	if _, err := start(4); !errors.Is(err, operations.ErrAtCapacity) {
+		t.Fatalf("start at the cap again: %v", err)
+	}
+}

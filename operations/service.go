@@ -230,7 +230,7 @@ func (s *Service) Start(ctx context.Context, scope Scope, req StartRequest) (Sta
 		return StartResult{}, err
 	}
 	if d.Route == RouteTask && wf.Concurrency > 0 {
-		ins.Capacity = s.capacityCheck(in, d, ins)
+		ins.Capacity, ins.CapacityLimit = s.capacityCheck(in, d, ins), wf.Concurrency
 	}
 	op, existing, err := s.cfg.Store.CreateOperation(ctx, ins)
 	if err != nil {

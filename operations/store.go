@@ -68,10 +68,11 @@ type Insert struct {
 	JobBaseURL  string // job_api route
 	Handoff     bool
 	RejectReply *StartResponse // stored at once for the reject route
-	// Capacity, when set, applies the workflow's concurrency cap inside the transaction: it is
-	// called with the workflow's non-terminal tasks (counted under a per-workflow lock) and
-	// returns the insert to write, or an error that writes nothing (see applyCapacity).
-	Capacity func(inFlight int) (Insert, error)
+	// Capacity, when set, applies the workflow's concurrency cap of CapacityLimit: it is
+	// called with the workflow's non-terminal tasks (see applyCapacity) and returns the insert
+	// to write, or an error that writes nothing.
+	Capacity      func(inFlight int) (Insert, error)
+	CapacityLimit int
 }
 
 // CreateOperation writes the ledger row, the decision, and the route's first row (a creating
@@ -79,13 +80,15 @@ type Insert struct {
 // nothing and returns the existing operation with existing=true, or ErrKeyReused when the
 // request differs.
 func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, existing bool, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if in.Capacity != nil {
-			var err error
-			if in, err = applyCapacity(ctx, tx, in); err != nil {
-				return err
-			}
+	var slot *capacitySlot
+	committed := false
+	defer func() { slot.settle(ctx, committed && !existing && in.Task != nil) }()
+	if in.Capacity != nil {
+		if in, slot, err = s.applyCapacity(ctx, in); err != nil {
+			return Operation{}, false, err
 		}
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		r := in.Request
 		var id string
 		err := tx.QueryRow(ctx, `
@@ -148,6 +151,7 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 	if err != nil {
 		return Operation{}, false, err
 	}
+	committed = true
 	r := in.Request
 	op, err = s.byKey(ctx, r.Tenant, r.Workflow, r.IdempotencyKey)
 	if err != nil {
