@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/taskgate/taskgate/receiver"
 )
@@ -19,6 +20,8 @@ func runReceiver(ctx context.Context, args []string, getenv func(string) string,
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address (loopback unless you mean it)")
 	eras := fs.String("eras", "both", "eras served: both, legacy (2025-11-25) or extension (2026-07-28)")
 	tokens := fs.String("tokens", "", "comma-separated TOKEN=TENANT:ACTOR bindings; empty = unauthenticated single-user mode")
+	pollInterval := fs.Duration("poll-interval", 0, "poll interval suggested to requestors (default 500ms); load tests set e.g. 1s or 30s")
+	maxTasks := fs.Int("max-tasks-per-tenant", 0, "non-terminal tasks allowed per tenant (default 64; negative = unlimited)")
 	profile := fs.String("profile", "", "extra tools: \"\" (none) or conformance (the MCP conformance suites' fixture tools)")
 	hosts := fs.String("allowed-hosts", "", "comma-separated host names a request's Host and Origin may name (default: localhost, 127.0.0.1, ::1)")
 	hostileModes := fs.String("hostile", "", "comma-separated hostile modes (or all): transitions, taskid, huge, deep, markup, nul, malformed, trickle, tools")
@@ -78,6 +81,10 @@ func runReceiver(ctx context.Context, args []string, getenv func(string) string,
 	}
 	logger := slog.New(slog.NewTextHandler(stdout, nil))
 	cfg.Logger = logger
+	cfg.DefaultPollInterval, cfg.MaxConcurrentTasks = *pollInterval, *maxTasks
+	if *pollInterval > 5*time.Second {
+		cfg.MaxPollInterval = *pollInterval
+	}
 	r := receiver.New(cfg)
 	defer r.Close()
 	if len(hm) > 0 {
