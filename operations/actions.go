@@ -154,6 +154,13 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		}
 		return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, ErrNoPendingInput)
 	}
+	for _, p := range inputs {
+		if p.Key == key && p.Mode != string(mcpclient.InputURL) {
+			if err := checkAnswer(p.Fields, resp); err != nil {
+				return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, err)
+			}
+		}
+	}
 	conn, err := s.cfg.Servers.TaskConn(ctx, op.Task.Server, op.Task)
 	if err != nil {
 		return Detail{}, fmt.Errorf("answer %s: %w", id, &UpstreamError{Err: err})

@@ -141,6 +141,7 @@ func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 		{operations.ErrNoPendingInput, http.StatusConflict, "no_pending_input"},
 		{operations.ErrInputElsewhere, http.StatusConflict, "input_held_elsewhere"},
 		{operations.ErrInputExpired, http.StatusGone, "input_expired"},
+		{operations.ErrInvalidAnswer, http.StatusUnprocessableEntity, "invalid_answer"},
 		{operations.ErrAtCapacity, http.StatusTooManyRequests, "at_capacity"},
 		{errUnsupportedMedia, http.StatusUnsupportedMediaType, "unsupported_media_type"},
 		{errTooLarge, http.StatusRequestEntityTooLarge, "too_large"},

@@ -393,6 +393,7 @@ func (s *Server) actionFailed(w http.ResponseWriter, r *http.Request, id string,
 		{operations.ErrNoPendingInput, http.StatusConflict, "That question is no longer open: the task moved on, the question expired or someone answered it."},
 		{operations.ErrInputExpired, http.StatusGone, "That question can no longer be answered: the server is no longer waiting for it (see the question's state)."},
 		{operations.ErrInputElsewhere, http.StatusConflict, "The question is held by another console replica's session; answer it there or wait for the next poll."},
+		{operations.ErrInvalidAnswer, http.StatusUnprocessableEntity, "The answer does not fit what the server asked for: fill every required field with a value of its type."},
 		{operations.ErrInvalidRequest, http.StatusUnprocessableEntity, "The answer was not valid: choose accept, decline or cancel."},
 	}
 	status, msg := 0, ""
