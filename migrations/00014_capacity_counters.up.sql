@@ -32,3 +32,8 @@ CREATE TRIGGER tasks_free_capacity AFTER UPDATE OF state OR DELETE ON tasks
 
 -- The recount's index: open tasks by operation (the cap counts them per workflow).
 CREATE INDEX tasks_open_idx ON tasks (operation_id) WHERE state IN ('creating', 'working', 'input_required');
+
+-- The overview's hourly chart counts tasks ended and items opened per hour: range scans, not a
+-- read of the whole table per hour.
+CREATE INDEX IF NOT EXISTS tasks_terminal_at_idx ON tasks (terminal_at) WHERE terminal_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS reconciliation_items_opened_at_idx ON reconciliation_items (opened_at);
