@@ -72,6 +72,11 @@ func filterWhere(scope Scope, f Filter) ([]string, []any) {
 	if f.Attention {
 		where = append(where, NeedsPersonSQL)
 	}
+	if q := strings.TrimSpace(f.Search); q != "" {
+		p := arg(q)
+		like := arg("%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(q) + "%")
+		where = append(where, "(o.object_ref ILIKE "+like+" OR o.id::text = lower("+p+") OR t.task_id = "+p+" OR o.idempotency_key = "+p+")")
+	}
 	return where, args
 }
 

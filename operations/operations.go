@@ -409,6 +409,9 @@ type Filter struct {
 	Mismatch bool
 	// Attention keeps only operations that need a person.
 	Attention bool
+	// Search keeps operations whose business key contains it, or whose operation id, task id
+	// or idempotency key is it.
+	Search string
 	// After is the keyset cursor from a previous Page ("" = first page).
 	After string
 	// Limit caps the page (default 50, at most 500).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -189,5 +190,34 @@ func TestInboxMarksWhatIsNewAndWhatMovedOn(t *testing.T) {
 	res, body := e.do(t, "operator", "POST", "/operations/"+acme[0]+"/input", map[string][]string{"key": {"q0"}, "action": {"accept"}, "back": {"inbox"}})
 	if res.StatusCode != 422 || !strings.Contains(body, "The server requires approve.") {
 		t.Fatalf("an unanswered yes/no was accepted: %d", res.StatusCode)
+	}
+}
+
+// TestSearchFindsAnOperationByAnyOfItsKeys searches the operations list by business key (a
+// part of it), operation id, task id and idempotency key, within the tenant scope.
+func TestSearchFindsAnOperationByAnyOfItsKeys(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	id := e.start(t, "acme", "refund", "srch-1042", `{"outcome": "hang"}`)
+	other := e.start(t, "acme", "refund", "srch-7", `{"outcome": "hang"}`)
+	globex := e.start(t, "globex", "refund", "srch-g", `{"outcome": "hang"}`)
+	d := e.b.Detail(t, id)
+	if d.Task == nil || d.Task.TaskID == "" {
+		t.Fatal("no task id")
+	}
+	for _, q := range []string{"A-srch-1042", "a-SRCH-104", id, strings.ToUpper(id), d.Task.TaskID, "srch-1042"} {
+		_, body := e.do(t, "acme-viewer", "GET", "/operations?q="+url.QueryEscape(q), nil)
+		if !strings.Contains(body, id) || strings.Contains(body, other) || !strings.Contains(body, "Showing 1 of 1") {
+			t.Errorf("search %q: %s", q, sliceAfter(body, `data-testid="ops-count"`))
+		}
+	}
+	// Another tenant's operation is not found, even by its exact id; a wildcard is literal.
+	for _, q := range []string{globex, "%", "srch_1"} {
+		if _, body := e.do(t, "acme-viewer", "GET", "/operations?q="+url.QueryEscape(q), nil); strings.Contains(body, `data-testid="op-row"`) {
+			t.Errorf("search %q found rows", q)
+		}
+	}
+	if _, body := e.do(t, "viewer", "GET", "/audit", nil); !has(body, "site-search") {
+		t.Error("no search box on the audit page")
 	}
 }

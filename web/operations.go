@@ -71,7 +71,16 @@ func (s *Server) opRow(op operations.Operation, now time.Time) OpRow {
 func opFilter(q url.Values) operations.Filter {
 	return operations.Filter{Tenant: q.Get("tenant"), Workflow: q.Get("workflow"), Route: operations.Route(q.Get("route")),
 		TaskState: operations.TaskState(q.Get("task_state")), DomainOutcome: operations.Outcome(q.Get("domain_outcome")),
-		Mismatch: q.Get("mismatch") == "true", Attention: q.Get("attention") == "true", After: q.Get("after")}
+		Mismatch: q.Get("mismatch") == "true", Attention: q.Get("attention") == "true", After: q.Get("after"),
+		Search: safeSearch(q.Get("q"))}
+}
+
+// safeSearch bounds a search to 200 characters.
+func safeSearch(q string) string {
+	if r := []rune(strings.TrimSpace(q)); len(r) > 200 {
+		return string(r[:200])
+	}
+	return strings.TrimSpace(q)
 }
 
 // filterQuery writes a filter back as a query string, without the cursor.
@@ -85,6 +94,9 @@ func filterQuery(f operations.Filter) string {
 	}
 	if f.Mismatch {
 		q.Set("mismatch", "true")
+	}
+	if f.Search != "" {
+		q.Set("q", f.Search)
 	}
 	if f.Attention {
 		q.Set("attention", "true")
