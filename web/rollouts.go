@@ -17,6 +17,8 @@ import (
 type RolloutRow struct {
 	Status   rollout.Status
 	Analysis rollout.Analysis
+	// Drain is the latest rollback's progress (zero Since: never rolled back).
+	Drain rollout.Drain
 }
 
 // RolloutConfirm is the confirmation of a move: what will change and for how many tenants.
@@ -59,10 +61,15 @@ func (s *Server) renderRollouts(w http.ResponseWriter, r *http.Request, status i
 			s.serverError(w, r, err)
 			return
 		}
+		d, err := s.deps.Rollouts.Drain(r.Context(), wf.Name)
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
 		if len(st.History) > 10 {
 			st.History = st.History[:10]
 		}
-		rows = append(rows, RolloutRow{Status: st, Analysis: a})
+		rows = append(rows, RolloutRow{Status: st, Analysis: a, Drain: d})
 	}
 	if wantsJSON(r) {
 		w.Header().Set("Content-Type", "application/json")

@@ -88,7 +88,8 @@ func TestRolloutsPageMovesWithConfirmation(t *testing.T) {
 		t.Fatalf("rollback confirmation %d:\n%s", res.StatusCode, body)
 	}
 	res, body = e.do(t, "operator", http.MethodPost, "/rollouts/refund/rollback", url.Values{"reason": {"errors"}, "confirm": {"yes"}})
-	if res.StatusCode != 200 || !strings.Contains(body, "Rollback of refund done") {
+	if res.StatusCode != 200 || !strings.Contains(body, "Rollback of refund done") || !strings.Contains(body, `data-testid="rollout-drain"`) ||
+		!strings.Contains(body, "0 in flight, 0 verified, 0 queued for reconciliation, of 0 open at the rollback") {
 		t.Fatalf("rollback %d:\n%s", res.StatusCode, body)
 	}
 	if v := e.flags.Check(t.Context(), startOf("refund")); !v.Blocked {
