@@ -110,7 +110,7 @@ func TestRolloutsPageMovesWithConfirmation(t *testing.T) {
 		t.Fatalf("promote %d:\n%s", res.StatusCode, body)
 	}
 	res, body = e.do(t, "operator", http.MethodPost, "/rollouts/refund/pause", url.Values{"reason": {"watching"}, "confirm": {"yes"}})
-	if res.StatusCode != 200 || !strings.Contains(body, `data-testid="rollout-paused"`) {
+	if res.StatusCode != 200 || !strings.Contains(body, `data-testid="rollout-paused"`) || !strings.Contains(body, "pause by operator@test: shadow → shadow: watching") {
 		t.Fatalf("pause %d:\n%s", res.StatusCode, body)
 	}
 	for _, action := range []string{"rollout.rollback", "rollout.promote", "rollout.pause"} {
