@@ -157,6 +157,8 @@ type Filter struct {
 	Action string
 	// Tenant matches the entry's tenant exactly.
 	Tenant string
+	// Target matches the entry's target exactly ("operation:ID").
+	Target string
 	// AllTenants and Tenants are the reader's scope: when AllTenants is false only entries for
 	// one of Tenants are returned (entries with no tenant are then hidden too).
 	AllTenants bool
@@ -214,6 +216,9 @@ func (s *Store) List(ctx context.Context, f Filter) (Page, error) {
 	}
 	if f.Tenant != "" {
 		add("tenant = ?", f.Tenant)
+	}
+	if f.Target != "" {
+		add("target = ?", f.Target)
 	}
 	if !f.Since.IsZero() {
 		add("at >= ?", f.Since)

@@ -18,8 +18,8 @@ type AuditView struct {
 	Actions []string
 	Tenants []string
 	// Filter is what the form shows; First is true on the newest page (which updates live).
-	Actor, Action, Tenant string
-	First                 bool
+	Actor, Action, Tenant, Target string
+	First                         bool
 	// Self is this page's URL (for live refresh); Next the older page's, "" on the last page.
 	Self, Next string
 }
@@ -28,7 +28,8 @@ type AuditView struct {
 // actor, action and tenant, a page at a time by keyset.
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	v := AuditView{Actor: strings.TrimSpace(q.Get("actor")), Action: q.Get("action"), Tenant: q.Get("tenant"), First: q.Get("before") == ""}
+	v := AuditView{Actor: strings.TrimSpace(q.Get("actor")), Action: q.Get("action"), Tenant: q.Get("tenant"), First: q.Get("before") == "",
+		Target: strings.TrimSpace(q.Get("target"))}
 	if v.Tenant != "" && !s.allowTenant(w, r, v.Tenant) {
 		return
 	}
@@ -38,10 +39,10 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	all, tenants := principal(r).Scope.SQL()
 	if format != "" {
-		s.exportAudit(w, r, format, audit.Filter{Actor: v.Actor, Action: v.Action, Tenant: v.Tenant, AllTenants: all, Tenants: tenants, Limit: 500})
+		s.exportAudit(w, r, format, audit.Filter{Actor: v.Actor, Action: v.Action, Tenant: v.Tenant, Target: v.Target, AllTenants: all, Tenants: tenants, Limit: 500})
 		return
 	}
-	page, err := s.deps.Audit.List(r.Context(), audit.Filter{Actor: v.Actor, Action: v.Action, Tenant: v.Tenant,
+	page, err := s.deps.Audit.List(r.Context(), audit.Filter{Actor: v.Actor, Action: v.Action, Tenant: v.Tenant, Target: v.Target,
 		AllTenants: all, Tenants: tenants, Before: q.Get("before"), Limit: 50})
 	if errors.Is(err, audit.ErrBadCursor) {
 		http.Error(w, "bad page cursor", http.StatusBadRequest)
@@ -57,7 +58,7 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Page, v.Rows, v.Tenants = s.page("Audit log", "audit"), page.Rows, s.knownTenants(r)
 	keep := url.Values{}
-	for k, val := range map[string]string{"actor": v.Actor, "action": v.Action, "tenant": v.Tenant} {
+	for k, val := range map[string]string{"actor": v.Actor, "action": v.Action, "tenant": v.Tenant, "target": v.Target} {
 		if val != "" {
 			keep.Set(k, val)
 		}
@@ -90,4 +91,19 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request, format stri
 	}
 	s.writeExport(w, r, format, "audit", []string{"id", "at", "actor", "actor_kind", "role", "tenant", "action", "target", "reason",
 		"before", "after", "request_id"}, rows)
+}
+
+// targetHref is the console page of an audit row's target ("" when it has none).
+func targetHref(target string) string {
+	kind, id, ok := strings.Cut(target, ":")
+	if !ok || id == "" {
+		return ""
+	}
+	switch kind {
+	case "operation":
+		return "/operations/" + url.PathEscape(id)
+	case "reconcile", "reconciliation", "reconciliation_item":
+		return "/reconcile/" + url.PathEscape(id)
+	}
+	return ""
 }

@@ -221,3 +221,29 @@ func TestSearchFindsAnOperationByAnyOfItsKeys(t *testing.T) {
 		t.Error("no search box on the audit page")
 	}
 }
+
+// TestAuditRowsOfAnOperation follows an operation's link to its audit rows: only its rows, each
+// target a link back to the operation.
+func TestAuditRowsOfAnOperation(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	id := e.start(t, "acme", "refund", "aud-1", `{"outcome": "hang"}`)
+	other := e.start(t, "acme", "refund", "aud-2", `{"outcome": "hang"}`)
+	for _, op := range []string{id, other} {
+		if res, _ := e.do(t, "operator", "POST", "/operations/"+op+"/cancel", url.Values{"reason": {"customer asked"}}); res.StatusCode != 303 {
+			t.Fatalf("cancel: %d", res.StatusCode)
+		}
+	}
+	_, page := e.do(t, "operator", "GET", "/operations/"+id, nil)
+	link := `href="/audit?target=operation:` + id + `"`
+	if !strings.Contains(page, link) {
+		t.Fatal("the operation does not link to its audit rows")
+	}
+	_, body := e.do(t, "operator", "GET", "/audit?target="+url.QueryEscape("operation:"+id), nil)
+	if countOf(body, "audit-row") == 0 || strings.Contains(body, other) || !has(body, "audit-target-filter") {
+		t.Fatalf("audit rows of the operation: %d rows, other shown %v", countOf(body, "audit-row"), strings.Contains(body, other))
+	}
+	if countOf(body, "audit-target") != countOf(body, "audit-row") || !strings.Contains(body, `href="/operations/`+id+`" data-testid="audit-target"`) {
+		t.Fatalf("targets are not links: %d of %d", countOf(body, "audit-target"), countOf(body, "audit-row"))
+	}
+}
