@@ -87,6 +87,9 @@ type Routed struct {
 	PromotionPausedReason string `json:"promotionPausedReason,omitempty"`
 	// KillSwitchError is why the kill switch could not be read ("" when it could).
 	KillSwitchError string `json:"killSwitchError,omitempty"`
+	// Shadow is, in the shadow stage, the decision the Task route would have made (the
+	// incumbent executes; this is only recorded and compared, never executed).
+	Shadow *Decision `json:"shadow,omitempty"`
 	// At is when the decision was made.
 	At time.Time `json:"at"`
 }
@@ -130,6 +133,12 @@ func (r *Router) Route(ctx context.Context, workflow, tenant string) (Routed, er
 	}
 	out.Input = in
 	out.Decision = Decide(in)
+	if in.Stage == StageShadow {
+		projected := in
+		projected.Stage = StageFull
+		d := Decide(projected)
+		out.Shadow = &d
+	}
 	return out, nil
 }
 
