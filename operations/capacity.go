@@ -122,43 +122,46 @@ func (c *capacitySlot) settle(ctx context.Context, kept bool) {
 	}
 }
 
-// applyCapacity runs in.Capacity for a start of a capped workflow. A repeat of a known key is
-// left to the insert's conflict handling. Otherwise one slot is reserved on the workflow's
+// applyCapacity runs in.Capacity for a start of a capped workflow. One slot is reserved on the workflow's
 // counter row with a conditional UPDATE (in_flight < cap) in its own statement, outside the
 // start transaction (before it begins, so a start never holds two connections): concurrent starts of a workflow never wait for each other's commit, and
 // no start gets past the cap. At the cap nothing is reserved and in.Capacity chooses the
-// policy's backpressure. The counter row is created on first use, and recounted from the
-// ledger when the cap in force differs from the one it was counted for.
+// policy's backpressure. A start that turns out to repeat a known key gives its slot back. The
+// counter row is created on first use, and recounted from the ledger when the cap in force
+// differs from the one it was counted for; a start below the cap costs one statement.
 func (s *Store) applyCapacity(ctx context.Context, in Insert) (Insert, *capacitySlot, error) {
 	r := in.Request
-	var known bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM operations WHERE tenant = $1 AND workflow = $2 AND idempotency_key = $3)`,
-		r.Tenant, r.Workflow, r.IdempotencyKey).Scan(&known); err != nil {
-		return in, nil, fmt.Errorf("capacity of %s: %w", r.Workflow, err)
-	}
-	if known {
-		return in, nil, nil
-	}
 	limit := in.CapacityLimit
-	count := `(SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
-		WHERE o.workflow = $1 AND t.state IN ` + openTaskStates + `)`
-	if _, err := s.pool.Exec(ctx, `INSERT INTO workflow_in_flight (workflow, in_flight, cap_seen) SELECT $1, `+count+`, $2
-		ON CONFLICT (workflow) DO UPDATE SET in_flight = `+count+`, cap_seen = $2, counted_at = now()
-		WHERE workflow_in_flight.cap_seen <> $2`, r.Workflow, limit); err != nil {
-		return in, nil, fmt.Errorf("count tasks in flight of %s: %w", r.Workflow, err)
-	}
-	var n int
-	err := s.pool.QueryRow(ctx, `UPDATE workflow_in_flight SET in_flight = in_flight + 1
-		WHERE workflow = $1 AND in_flight < $2 RETURNING in_flight - 1`, r.Workflow, limit).Scan(&n)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		if err := s.pool.QueryRow(ctx, `SELECT in_flight FROM workflow_in_flight WHERE workflow = $1`, r.Workflow).Scan(&n); err != nil {
-			return in, nil, fmt.Errorf("tasks in flight of %s: %w", r.Workflow, err)
+	reserve := func() (int, bool, error) {
+		var n int
+		err := s.pool.QueryRow(ctx, `UPDATE workflow_in_flight SET in_flight = in_flight + 1
+			WHERE workflow = $1 AND in_flight < $2 AND cap_seen = $2 RETURNING in_flight - 1`, r.Workflow, limit).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, false, nil
 		}
+		return n, err == nil, err
+	}
+	n, ok, err := reserve()
+	if err == nil && !ok {
+		// No slot: at the cap, or the counter is missing or was counted for another cap.
+		var seen int
+		err = s.pool.QueryRow(ctx, `SELECT in_flight, cap_seen FROM workflow_in_flight WHERE workflow = $1`, r.Workflow).Scan(&n, &seen)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && seen != limit) {
+			count := `(SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
+				WHERE o.workflow = $1 AND t.state IN ` + openTaskStates + `)`
+			if _, err = s.pool.Exec(ctx, `INSERT INTO workflow_in_flight (workflow, in_flight, cap_seen) SELECT $1, `+count+`, $2
+				ON CONFLICT (workflow) DO UPDATE SET in_flight = `+count+`, cap_seen = $2, counted_at = now()
+				WHERE workflow_in_flight.cap_seen <> $2`, r.Workflow, limit); err == nil {
+				n, ok, err = reserve()
+			}
+		}
+	}
+	if err != nil {
+		return in, nil, fmt.Errorf("reserve a slot of %s: %w", r.Workflow, err)
+	}
+	if !ok {
 		out, err := in.Capacity(max(n, limit))
 		return out, nil, err
-	case err != nil:
-		return in, nil, fmt.Errorf("reserve a slot of %s: %w", r.Workflow, err)
 	}
 	slot := &capacitySlot{store: s, workflow: r.Workflow}
 	out, err := in.Capacity(n)
