@@ -147,3 +147,21 @@ func migrateUp(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) err
 	}
 	return nil
 }
+
+// supervisionNote says, for the private cluster, that its supervisor is restarting the server
+// or has restarted it.
+func (db *database) supervisionNote() string {
+	if db.cluster == nil {
+		return ""
+	}
+	select {
+	case <-db.cluster.Done():
+		return " (the private PostgreSQL server died; the supervisor is restarting it)"
+	default:
+	}
+	if s := db.cluster.Supervision(); s.Restarts > 0 {
+		return fmt.Sprintf(" (the private PostgreSQL server was restarted %d times by the supervisor, last at %s)",
+			s.Restarts, s.LastRestart.UTC().Format(time.RFC3339))
+	}
+	return ""
+}

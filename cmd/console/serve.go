@@ -81,6 +81,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer db.Close()
+	if db.cluster != nil {
+		db.cluster.Supervise(ctx) // the private server is started again if it dies
+	}
 	if err := migrateUp(ctx, db.Pool, logger); err != nil {
 		return err
 	}
@@ -301,7 +304,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		KillSwitchFourEyes: getenv("TASKGATE_KILL_RELEASE_FOUR_EYES") == "1",
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {
 			if err := db.Pool.Ping(ctx); err != nil {
-				return fmt.Errorf("database unreachable: %w", err)
+				return fmt.Errorf("database unreachable%s: %w", db.supervisionNote(), err)
 			}
 			if err := flags.Ready(); err != nil {
 				return err

@@ -68,6 +68,12 @@ type Cluster struct {
 
 	stopOnce sync.Once
 	stopErr  error
+
+	mu          sync.Mutex // guards cmd, done, waitErr and the supervision fields after Start
+	stopping    bool
+	restarts    int
+	lastRestart time.Time
+	lastExit    string
 }
 
 // FindBinaries returns the directory holding initdb and postgres: PATH first, then the newest
@@ -374,10 +380,16 @@ func (c *Cluster) start(ctx context.Context) error {
 		lf.Close()
 		return fmt.Errorf("start postgres: %w", err)
 	}
-	c.cmd = cmd
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.cmd, c.done = cmd, done
+	c.mu.Unlock()
 	go func() {
-		c.waitErr = cmd.Wait()
-		close(c.done)
+		err := cmd.Wait()
+		c.mu.Lock()
+		c.waitErr = err
+		c.mu.Unlock()
+		close(done)
 	}()
 	c.opts.Logger.Info("PostgreSQL starting", "pid", cmd.Process.Pid, "socket_dir", c.sockDir)
 
@@ -391,8 +403,11 @@ func (c *Cluster) start(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-c.done:
-			return fmt.Errorf("postgres exited during start-up (%v); see %s: %s", c.waitErr, logPath, tail(logPath, 800))
+		case <-done:
+			c.mu.Lock()
+			werr := c.waitErr
+			c.mu.Unlock()
+			return fmt.Errorf("postgres exited during start-up (%v); see %s: %s", werr, logPath, tail(logPath, 800))
 		case <-ctx.Done():
 			c.Stop()
 			return ctx.Err()
@@ -425,10 +440,87 @@ func (c *Cluster) URL(database string) string {
 }
 
 // Done is closed when the server process has exited.
-func (c *Cluster) Done() <-chan struct{} { return c.done }
+func (c *Cluster) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
 
 // Pid is the server's process id.
-func (c *Cluster) Pid() int { return c.cmd.Process.Pid }
+func (c *Cluster) Pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cmd.Process.Pid
+}
+
+// Supervision is what the supervisor has done.
+type Supervision struct {
+	// Restarts counts the times the server died and was started again.
+	Restarts int
+	// LastRestart is when it was last started again (zero if never).
+	LastRestart time.Time
+	// LastExit says how the server last died unexpectedly.
+	LastExit string
+}
+
+// Supervision reports the supervisor's restarts.
+func (c *Cluster) Supervision() Supervision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Supervision{Restarts: c.restarts, LastRestart: c.lastRestart, LastExit: c.lastExit}
+}
+
+// Supervise restarts the server whenever it exits without Stop, until ctx ends or Stop is
+// called, logging each death and restart. A failed start is retried every second.
+func (c *Cluster) Supervise(ctx context.Context) {
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.Done():
+			}
+			c.mu.Lock()
+			stopping, exit := c.stopping, fmt.Sprint(c.waitErr)
+			c.mu.Unlock()
+			if stopping {
+				return
+			}
+			c.opts.Logger.Error("PostgreSQL exited unexpectedly: restarting it", "exit", exit)
+			for {
+				if c.logFile != nil {
+					c.logFile.Close()
+				}
+				err := c.recoverStale(ctx)
+				if err == nil {
+					err = c.start(ctx)
+				}
+				if err == nil {
+					break
+				}
+				c.opts.Logger.Error("PostgreSQL restart failed: retrying", "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+			}
+			c.mu.Lock()
+			if c.stopping { // Stop ran during the restart: end the new server too
+				cmd, done := c.cmd, c.done
+				c.mu.Unlock()
+				_ = cmd.Process.Signal(syscall.SIGINT)
+				<-done
+				return
+			}
+			c.restarts++
+			c.lastRestart, c.lastExit = time.Now(), exit
+			n := c.restarts
+			c.mu.Unlock()
+			c.opts.Logger.Warn("PostgreSQL restarted by the supervisor", "restarts", n, "pid", c.Pid())
+		}
+	}()
+}
 
 // DataDir is the cluster's PGDATA.
 func (c *Cluster) DataDir() string { return c.dataDir }
@@ -437,15 +529,19 @@ func (c *Cluster) DataDir() string { return c.dataDir }
 // waits for it to exit. It is safe to call more than once.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
-		if c.cmd == nil || c.cmd.Process == nil {
+		c.mu.Lock()
+		c.stopping = true
+		cmd, done := c.cmd, c.done
+		c.mu.Unlock()
+		if cmd == nil || cmd.Process == nil {
 			return
 		}
-		_ = c.cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Process.Signal(syscall.SIGINT)
 		select {
-		case <-c.done:
+		case <-done:
 		case <-time.After(30 * time.Second):
-			_ = c.cmd.Process.Signal(syscall.SIGQUIT)
-			<-c.done
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			<-done
 			c.stopErr = errors.New("postgres did not stop within 30 s; sent SIGQUIT")
 		}
 		if c.logFile != nil {

@@ -2,10 +2,13 @@ package pgcluster_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -100,4 +103,52 @@ func TestLockRefusesSecondHolder(t *testing.T) {
 		t.Fatalf("lock after release: %v", err)
 	}
 	release2()
+}
+
+// TestSuperviseRestartsAKilledServer kills the server with SIGKILL and checks the supervisor
+// starts it again, the database answers, and a Stop is not undone.
+func TestSuperviseRestartsAKilledServer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: clusterDir(t)})
+	if errors.Is(err, pgcluster.ErrNoBinaries) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Remove()
+	c.Supervise(ctx)
+	old := c.Pid()
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for c.Supervision().Restarts == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the killed server was not restarted")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if s := c.Supervision(); s.LastRestart.IsZero() || !strings.Contains(s.LastExit, "killed") || c.Pid() == old {
+		t.Fatalf("supervision %+v, pid %d (was %d)", s, c.Pid(), old)
+	}
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatalf("the restarted server does not answer: %v", err)
+	}
+	conn.Close(ctx)
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := c.Supervision().Restarts; n != 1 {
+		t.Fatalf("restarts after Stop = %d, want 1", n)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("the server runs again after Stop")
+	}
 }
