@@ -140,10 +140,13 @@ func TestHostileModesAgainstTheConsole(t *testing.T) {
 				if hits := b.Receiver.HostileHits()[mode]; hits == 0 {
 					t.Fatalf("mode %s rewrote nothing: the test proves nothing", mode)
 				}
-				// The console reads a task no more once it is terminal, so "working" after a
-				// terminal status is never seen: the early terminal status is what it records.
-				// An early "cancelled" while the work goes on must not hide the effect: the
-				// domain outcome says the refund happened, or an item asks a person.
+				// An answer naming another task id is a violation in both eras; so is a
+				// 2025-11-25 task reported working after its early "completed" (its outcome is
+				// still read with tasks/result). A 2026-07-28 early "cancelled" carries its
+				// outcome, so the task is not read again and nothing later is seen.
+				if (mode == receiver.HostileTaskID || mode == receiver.HostileTransitions && era == "legacy") && violations == 0 {
+					t.Fatalf("mode %s: no transition violation recorded", mode)
+				}
 				if mode == receiver.HostileTransitions {
 					for _, id := range ids {
 						if d := b.Detail(t, id); d.Task != nil {
