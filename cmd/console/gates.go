@@ -109,7 +109,9 @@ func runGates(ctx context.Context, args []string, getenv func(string) string, st
 	if *token != "" {
 		target.Token = *token
 	}
-	target.Pins = pinMap
+	if len(pinMap) > 0 || len(target.Pins) == 0 {
+		target.Pins = pinMap // --pin replaces the rollout plan's pins
+	}
 	runner := &gates.Runner{Build: buildVersion(), CaseTimeout: *timeout}
 	run := runner.Run(ctx, target, chosen)
 	run.StartedBy = "cli"
