@@ -92,7 +92,7 @@ func (s *Server) renderGates(w http.ResponseWriter, r *http.Request, status int,
 			if wf.Gate != nil && wf.Gate.Server != "" {
 				server = wf.Gate.Server
 			}
-			b := gates.Binding{Workflow: wf.Name, Server: server, Build: s.deps.Version}
+			b := gates.Binding{Workflow: wf.Name, Server: server, Build: s.deps.Version, Pins: wf.Plan().Pins.Map()}
 			if s.deps.Manifests != nil {
 				if m, err := s.deps.Manifests.Latest(r.Context(), server); err == nil {
 					b.ManifestFingerprint = m.Fingerprint

@@ -257,7 +257,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 					continue
 				}
 				if v, err := mstore.Latest(ctx, w.Gate.Server); err == nil {
-					out = append(out, gates.Binding{Workflow: w.Name, Server: w.Gate.Server, ManifestFingerprint: v.Fingerprint, Build: buildVersion()})
+					out = append(out, gates.Binding{Workflow: w.Name, Server: w.Gate.Server, ManifestFingerprint: v.Fingerprint, Build: buildVersion(),
+						Pins: w.Plan().Pins.Map()})
 				}
 			}
 			return out, nil
