@@ -127,8 +127,8 @@ func (s *Store) RecordViolation(ctx context.Context, opID string, v ViolationRec
 	return nil
 }
 
-// Unclaim hands claimed tasks back unpolled (their server was at its read limit): the poll the
-// claim counted is taken back and the task falls due again at at.
+// Unclaim hands claimed tasks back unpolled (the watcher stopped before reading them): the
+// poll the claim counted is taken back and the task falls due again at at.
 func (s *Store) Unclaim(ctx context.Context, opIDs []string, at time.Time) error {
 	if _, err := s.pool.Exec(ctx, `UPDATE tasks SET polls = greatest(polls - 1, 0), next_poll_at = $2
 		WHERE operation_id = ANY($1::uuid[]) AND next_poll_at IS NOT NULL`, opIDs, at); err != nil {

@@ -764,13 +764,18 @@ type Due struct {
 // whose deadline passed) and terminal tasks whose outcome is not fetched, skipping rows other
 // replicas hold under an unexpired lease. Each claim moves the next poll forward by the task's
 // poll interval (at least floor) plus jitter, so no other replica polls it before then.
-func (s *Store) ClaimDue(ctx context.Context, replica string, n int, lease, floor, defPoll time.Duration, jitter float64) ([]Due, error) {
+// Tasks named in skip (this replica is reading them already) are left alone.
+func (s *Store) ClaimDue(ctx context.Context, replica string, n int, lease, floor, defPoll time.Duration, jitter float64, skip ...string) ([]Due, error) {
+	if skip == nil {
+		skip = []string{}
+	}
 	rows, err := s.pool.Query(ctx, `
 		WITH due AS (
 			SELECT operation_id, next_poll_at AS due_at FROM tasks
 			WHERE (state IN ('working','input_required') OR result_state = 'pending')
 			  AND next_poll_at <= now()
 			  AND (lease_expires_at IS NULL OR lease_expires_at < now() OR lease_owner = $1 OR `+ownerGone+`)
+			  AND operation_id <> ALL($7::uuid[])
 			ORDER BY next_poll_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED)
@@ -779,7 +784,7 @@ func (s *Store) ClaimDue(ctx context.Context, replica string, n int, lease, floo
 			next_poll_at = now() + (greatest(coalesce(t.poll_interval_ms, $5), $4) * (1 + random() * $6)) * interval '1 millisecond'
 		FROM due WHERE t.operation_id = due.operation_id
 		RETURNING t.operation_id, due.due_at`,
-		replica, n, lease.Milliseconds(), floor.Milliseconds(), defPoll.Milliseconds(), jitter)
+		replica, n, lease.Milliseconds(), floor.Milliseconds(), defPoll.Milliseconds(), jitter, skip)
 	if err != nil {
 		return nil, fmt.Errorf("claim due tasks: %w", err)
 	}

@@ -54,7 +54,7 @@ type Config struct {
 	Parallel int
 	// ServerParallel is how many reads of one server run at once (default 4, at most
 	// Parallel): a slow server holds no more than this many pollers. A due task of a server
-	// at its limit waits for a later pass.
+	// at its limit waits, holding no poller, for one of that server's reads to end.
 	ServerParallel int
 	// PassWait is how long a pass waits for its reads before the next pass (default
 	// PollFloor): a slow read goes on in the background and holds up no other task.
@@ -163,8 +163,9 @@ type Service struct {
 	work chan func()
 
 	readMu    sync.Mutex
-	reading   map[string]bool // operations whose read is running
-	perServer map[string]int  // reads running, by server
+	reading   map[string]bool         // operations whose read is running
+	perServer map[string]int          // reads running, by server
+	queued    map[string][]queuedRead // claimed tasks waiting for a read of their server
 	reads     sync.WaitGroup
 }
 
@@ -178,7 +179,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "watch", "replica", cfg.ReplicaID), metrics: m, awaits: map[string]bool{},
-		reading: map[string]bool{}, perServer: map[string]int{}}
+		reading: map[string]bool{}, perServer: map[string]int{}, queued: map[string][]queuedRead{}}
 	cfg.Servers.Observe(s.onStatus, s.onInput)
 	return s, nil
 }
@@ -302,44 +303,29 @@ func (s *Service) loop(ctx context.Context, done chan struct{}, work chan func()
 }
 
 // runOnce claims one batch of due tasks and polls each once; it also follows due jobs. It
-// returns how many tasks it polled.
+// returns how many tasks it claimed, each of which is read exactly once: a task this replica
+// is reading (or has queued) is not claimed again, and a task of a server at ServerParallel
+// waits in that server's queue, holding no poller, until one of the server's reads ends.
 func (s *Service) runOnce(loop context.Context, work chan<- func()) (int, error) {
 	ctx, cancel := context.WithTimeout(loop, s.cfg.PassTimeout)
 	defer cancel()
-	due, err := s.store.ClaimDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll, s.cfg.Jitter)
+	due, err := s.store.ClaimDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll, s.cfg.Jitter, s.readingIDs()...)
 	if err != nil {
 		return 0, err
 	}
 	var wg sync.WaitGroup
-	var waiting []string
-	polled := 0
 	for _, d := range due {
-		if !s.startRead(d) {
-			waiting = append(waiting, d.ID)
-			continue
-		}
-		polled++
 		wg.Add(1)
 		s.reads.Add(1)
-		f := func() {
-			defer s.reads.Done()
-			defer wg.Done()
-			defer s.endRead(d)
-			// Each read has its own context: a pass that moves on neither cancels it nor
-			// leaves its failure unrecorded.
-			rctx, cancel := context.WithTimeout(loop, s.cfg.PassTimeout)
-			defer cancel()
-			s.watchOne(rctx, d)
+		r := queuedRead{d: d, done: wg.Done}
+		if !s.startRead(r) {
+			continue // queued behind the server's reads
 		}
+		f := func() { s.readServer(loop, r) }
 		select {
 		case work <- f:
 		default: // every poller is busy (slow servers): the read runs beside them
 			go f()
-		}
-	}
-	if len(waiting) > 0 {
-		if err := s.store.Unclaim(ctx, waiting, time.Now().Add(s.cfg.PollFloor)); err != nil {
-			s.log.Warn("hand back tasks of busy servers", "err", err)
 		}
 	}
 	reads := make(chan struct{})
@@ -353,36 +339,99 @@ func (s *Service) runOnce(loop context.Context, work chan<- func()) (int, error)
 	pw.Stop()
 	if s.cfg.Operations != nil {
 		if _, err := s.cfg.Operations.FollowDueJobs(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease); err != nil {
-			return polled, err
+			return len(due), err
 		}
 	}
-	return polled, nil
+	return len(due), nil
 }
 
-// startRead reserves a read of d's server unless the task is being read already or its
-// server is at ServerParallel.
-func (s *Service) startRead(d operations.Due) bool {
+// queuedRead is a claimed task waiting for, or holding, a read slot of its server.
+type queuedRead struct {
+	d    operations.Due
+	done func() // the pass's count of reads
+}
+
+// readServer reads r, then goes on with the reads queued for the same server, so the slot
+// passes to the next of them without a poller of its own. Once the loop stops, queued tasks
+// are handed back unread.
+func (s *Service) readServer(loop context.Context, r queuedRead) {
+	for {
+		if loop.Err() == nil {
+			// Each read has its own context: a pass that moves on neither cancels it nor
+			// leaves its failure unrecorded.
+			rctx, cancel := context.WithTimeout(loop, s.cfg.PassTimeout)
+			s.watchOne(rctx, r.d)
+			cancel()
+		} else {
+			s.handBack(r.d.ID)
+		}
+		next, ok := s.endRead(r)
+		r.done()
+		s.reads.Done()
+		if !ok {
+			return
+		}
+		r = next
+	}
+}
+
+// handBack returns a claimed task that was never read: the poll its claim counted is taken back.
+func (s *Service) handBack(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.store.Unclaim(ctx, []string{id}, time.Now()); err != nil {
+		s.log.Warn("hand back unread task", "operation", id, "err", err)
+	}
+}
+
+// readingIDs are the operations this replica is reading or has queued for a read.
+func (s *Service) readingIDs() []string {
 	s.readMu.Lock()
 	defer s.readMu.Unlock()
-	srv := d.Task.Server
-	if s.reading[d.ID] || s.perServer[srv] >= s.cfg.ServerParallel {
+	ids := make([]string, 0, len(s.reading))
+	for id := range s.reading {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// startRead reserves a read of r's server, or queues r behind the server's reads when the
+// server is at ServerParallel (it reports false then).
+func (s *Service) startRead(r queuedRead) bool {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	srv := r.d.Task.Server
+	s.reading[r.d.ID] = true
+	if s.perServer[srv] >= s.cfg.ServerParallel {
+		s.queued[srv] = append(s.queued[srv], r)
 		return false
 	}
-	s.reading[d.ID] = true
 	s.perServer[srv]++
 	s.metrics.inFlight.WithLabelValues(srv).Inc()
 	return true
 }
 
-func (s *Service) endRead(d operations.Due) {
+// endRead ends r's read; the next read queued for the server, if any, takes its slot.
+func (s *Service) endRead(r queuedRead) (queuedRead, bool) {
 	s.readMu.Lock()
 	defer s.readMu.Unlock()
-	delete(s.reading, d.ID)
-	srv := d.Task.Server
+	delete(s.reading, r.d.ID)
+	srv := r.d.Task.Server
+	if q := s.queued[srv]; len(q) > 0 {
+		next := q[0]
+		q[0] = queuedRead{}
+		if q = q[1:]; len(q) == 0 {
+			delete(s.queued, srv)
+		} else {
+			s.queued[srv] = q
+		}
+		return next, true
+	}
 	if s.perServer[srv]--; s.perServer[srv] <= 0 {
 		delete(s.perServer, srv)
 	}
 	s.metrics.inFlight.WithLabelValues(srv).Dec()
+	return queuedRead{}, false
 }
 
 func (s *Service) workflow(name string) *config.Workflow {
