@@ -35,11 +35,19 @@ type Config struct {
 	// ResolutionReasons extends the reasons support staff may give when resolving a
 	// reconciliation item.
 	ResolutionReasons []string `yaml:"resolution_reasons"`
+	// KillSwitch holds the rules for the kill switches.
+	KillSwitch KillSwitch `yaml:"kill_switch"`
 
 	// SHA256 is the hash of the file's bytes, recorded with decisions.
 	SHA256 string `yaml:"-"`
 	// Source is the path the file was read from ("embedded" for the built-in default).
 	Source string `yaml:"-"`
+}
+
+// KillSwitch holds the policy's rules for kill switches.
+type KillSwitch struct {
+	// ReleaseFourEyes makes a release only a request until a second person approves it.
+	ReleaseFourEyes bool `yaml:"release_four_eyes"`
 }
 
 // Server is one MCP server.

@@ -96,7 +96,8 @@ func runKill(ctx context.Context, args []string, getenv func(string) string, std
 	reason := fs.String("reason", "", "why (required)")
 	approve := fs.Bool("approve", false, "release: approve a release someone else asked for")
 	fourEyes := fs.Bool("four-eyes", getenv("TASKGATE_KILL_RELEASE_FOUR_EYES") == "1",
-		"release: only ask; another person approves (env TASKGATE_KILL_RELEASE_FOUR_EYES=1)")
+		"release: only ask; another person approves (env TASKGATE_KILL_RELEASE_FOUR_EYES=1; also when the policy sets kill_switch.release_four_eyes)")
+	policyPath := fs.String("config", getenv("TASKGATE_CONFIG"), "policy file (env TASKGATE_CONFIG); empty = the embedded example policy")
 	fs.Usage = func() {
 		fmt.Fprintln(stdout, "usage: console kill engage|release --workflow W|--server S|--all --reason WHY [--approve]")
 		fmt.Fprintln(stdout, "Engaging refuses new Task starts on every replica (operations take their fallback or are")
@@ -124,6 +125,13 @@ func runKill(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	if *reason == "" {
 		return fmt.Errorf("kill %s: --reason is required", pos[0])
+	}
+	policy, err := loadPolicy(*policyPath)
+	if err != nil {
+		return err
+	}
+	if policy.KillSwitch.ReleaseFourEyes {
+		*fourEyes = true
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db, err := openDatabase(ctx, dbf, logger)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/taskgate/taskgate/examples"
 )
 
 // TestKillAndFlagsCommands engages and releases switches and moves flags through a flagd file.
@@ -52,6 +54,15 @@ func TestKillAndFlagsCommands(t *testing.T) {
 	}
 	if _, err := console(nil, "kill", "release", "--approve", "--workflow", "refund", "--reason", "me again"); err == nil {
 		t.Error("the asker approved their own release")
+	}
+	// A policy that asks for four eyes makes a plain release only a request, without the flag.
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policyFile, append(append([]byte{}, examples.Policy...), "\nkill_switch:\n  release_four_eyes: true\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must(nil, "kill", "engage", "--all", "--reason", "incident")
+	if out := must(map[string]string{"TASKGATE_CONFIG": policyFile}, "kill", "release", "--all", "--reason", "over"); !strings.Contains(out, "requested") {
+		t.Errorf("a release under a four-eyes policy was not only a request:\n%s", out)
 	}
 	in := filepath.Join(t.TempDir(), "in.json")
 	if err := os.WriteFile(in, []byte(`{"flags":{"beta":{"state":"ENABLED","variants":{"on":true,"off":false},"defaultVariant":"off"}}}`), 0o600); err != nil {

@@ -301,8 +301,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Gates:        gateStore,
 		Flags:        flags,
 		Rollouts:     rollouts,
-		// A kill switch release waits for a second operator when this is set.
-		KillSwitchFourEyes: getenv("TASKGATE_KILL_RELEASE_FOUR_EYES") == "1",
+		// A kill switch release waits for a second operator when the policy or this is set.
+		KillSwitchFourEyes: policy.KillSwitch.ReleaseFourEyes || getenv("TASKGATE_KILL_RELEASE_FOUR_EYES") == "1",
 		Ready: web.ReadinessFunc(func(ctx context.Context) error {
 			if err := db.Pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database unreachable%s: %w", db.supervisionNote(), err)
