@@ -38,17 +38,25 @@ func browser(t testing.TB) context.Context {
 		chromedp.Flag("no-first-run", true),
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	t.Cleanup(cancelBrowser)
-	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start chromium: %v", err)
+	// With many browser tests starting at once on a loaded machine, Chromium now and then exits
+	// before it prints its DevTools address; a fresh start with its own profile then succeeds.
+	var err2 error
+	for attempt := 0; attempt < 3; attempt++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.UserDataDir(t.TempDir()))...)
+		bctx, cancelBrowser := chromedp.NewContext(actx)
+		if err2 = chromedp.Do(bctx, chromedp.Navigate("about:blank")); err2 == nil {
+			t.Cleanup(cancelAlloc)
+			t.Cleanup(cancelBrowser)
+			return bctx
+		}
+		cancelBrowser()
+		cancelAlloc()
+		time.Sleep(500 * time.Millisecond)
 	}
-	return bctx
+	t.Fatalf("start chromium: %v", err2)
+	return nil
 }
 
 // artifactDir is where screenshots go: $TASKGATE_ARTIFACTS, else web/testdata/artifacts.
