@@ -103,9 +103,11 @@ func TestTwoReplicasShareTasksWithoutDoublePolling(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	b := opstest.Setup(t, opstest.Options{Era: "extension", Receiver: receiver.Config{DefaultPollInterval: interval}})
 	const n = 12
+	// Long enough for each replica to run several passes, whichever of them starts first.
+	const duration = 3 * time.Second
 	var ids []string
 	for i := range n {
-		res := b.Start(t, "refund", fmt.Sprintf("two-%d", i), `{"duration_ms": 1000}`)
+		res := b.Start(t, "refund", fmt.Sprintf("two-%d", i), fmt.Sprintf(`{"duration_ms": %d}`, duration.Milliseconds()))
 		ids = append(ids, res.Response.OperationID)
 	}
 	var a, bb atomic.Int64
@@ -132,7 +134,7 @@ func TestTwoReplicasShareTasksWithoutDoublePolling(t *testing.T) {
 	}
 	// Each task lives about 1 s and may be polled at most once per interval (plus the first
 	// poll and one for lateness): double polling would about double this.
-	if limit := n * (int(time.Second/interval) + 3); polls > limit {
+	if limit := n * (int(duration/interval) + 3); polls > limit {
 		t.Fatalf("%d polls for %d tasks, more than %d: tasks were polled twice inside an interval", polls, n, limit)
 	}
 	if c := b.Receiver.Counters(); c.ToolCalls["work_required"] != n {
