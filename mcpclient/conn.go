@@ -154,6 +154,9 @@ type Options struct {
 	// HTTPClient is used for HTTP; nil uses a shared pooled client
 	// (NewHTTPClient), never http.DefaultClient.
 	HTTPClient *http.Client
+	// MaxRetryAfter bounds how long a server's 429 or 503 Retry-After holds this Conn's
+	// requests back (default DefaultMaxRetryAfter). See ErrBackpressure.
+	MaxRetryAfter time.Duration
 	// Resume restores a legacy HTTP session (Mcp-Session-Id) instead of
 	// initializing a new one.
 	Resume *Resume
@@ -207,6 +210,7 @@ func (o *Options) normalize() error {
 	if o.HTTPClient == nil {
 		o.HTTPClient = sharedHTTPClient()
 	}
+	o.HTTPClient = withBackpressure(o.HTTPClient, o.MaxRetryAfter) // this Conn's own Retry-After wait
 	if o.InputWait <= 0 {
 		o.InputWait = 10 * time.Minute
 	}

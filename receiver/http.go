@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -304,6 +305,9 @@ func (r *Receiver) writeReply(w http.ResponseWriter, req *http.Request, resp *re
 	}
 	if rep.httpStatus != 0 {
 		if resp.streaming() == nil {
+			if rep.retryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int((rep.retryAfter+time.Second-1)/time.Second)))
+			}
 			http.Error(w, http.StatusText(rep.httpStatus), rep.httpStatus)
 			return
 		}

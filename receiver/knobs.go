@@ -35,6 +35,7 @@ type Knobs struct {
 	refuseGetLeft   int
 	refuseGetUntil  time.Time
 	refuseGetStatus int
+	refuseGetAfter  time.Duration
 	inputOnGet      bool
 	sseResponses    bool
 	delayAll        time.Duration
@@ -62,7 +63,16 @@ func (k *Knobs) SetTool(tool string, f Fault) {
 func (k *Knobs) RefuseTasksGet(n int, until time.Time, httpStatus int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.refuseGetLeft, k.refuseGetUntil, k.refuseGetStatus = n, until, httpStatus
+	k.refuseGetLeft, k.refuseGetUntil, k.refuseGetStatus, k.refuseGetAfter = n, until, httpStatus, 0
+}
+
+// ThrottleTasksGet answers the next n tasks/get calls (n > 0) and every call before until
+// (non-zero) HTTP 429 Too Many Requests with Retry-After: retryAfter (whole seconds, at
+// least 1), as an overloaded server asks its clients to slow down.
+func (k *Knobs) ThrottleTasksGet(n int, until time.Time, retryAfter time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refuseGetLeft, k.refuseGetUntil, k.refuseGetStatus, k.refuseGetAfter = n, until, http.StatusTooManyRequests, max(retryAfter, time.Second)
 }
 
 // DelayAll holds every MCP response (any method) this long.
@@ -93,7 +103,7 @@ func (k *Knobs) Reset() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.global, k.perTool = Fault{}, map[string]Fault{}
-	k.refuseGetLeft, k.refuseGetUntil, k.refuseGetStatus = 0, time.Time{}, 0
+	k.refuseGetLeft, k.refuseGetUntil, k.refuseGetStatus, k.refuseGetAfter = 0, time.Time{}, 0, 0
 	k.inputOnGet, k.sseResponses, k.delayAll = false, false, 0
 }
 
@@ -107,17 +117,17 @@ func (k *Knobs) fault(tool string) Fault {
 }
 
 // refuseGet reports whether this tasks/get is refused, and how.
-func (k *Knobs) refuseGet(now time.Time) (refuse bool, httpStatus int) {
+func (k *Knobs) refuseGet(now time.Time) (refuse bool, httpStatus int, retryAfter time.Duration) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.refuseGetLeft > 0 {
 		k.refuseGetLeft--
-		return true, k.refuseGetStatus
+		return true, k.refuseGetStatus, k.refuseGetAfter
 	}
 	if !k.refuseGetUntil.IsZero() && now.Before(k.refuseGetUntil) {
-		return true, k.refuseGetStatus
+		return true, k.refuseGetStatus, k.refuseGetAfter
 	}
-	return false, 0
+	return false, 0, 0
 }
 
 func (k *Knobs) flags() (inputOnGet, sse bool, delay time.Duration) {

@@ -291,3 +291,23 @@ func TestValidTransition(t *testing.T) {
 		t.Fatalf("terminal is not final: %v", h)
 	}
 }
+
+func TestKnobThrottleTasksGetAnswers429WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	c := newLegacy(t, b, "")
+	id, _ := c.createTask(ToolWorkOptional, obj{"outcome": OutcomeHang}, 0)
+	b.r.Knobs().ThrottleTasksGet(1, time.Time{}, 2500*time.Millisecond)
+	resp, err := c.post(context.Background(), obj{"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": obj{"taskId": id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "3" {
+		t.Fatalf("HTTP %d Retry-After %q, want 429 and 3", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	c.mustCall("the next get", "tasks/get", obj{"taskId": id})
+	if n := b.r.Counters().RefusedGets; n != 1 {
+		t.Fatalf("refused gets %d, want 1", n)
+	}
+}

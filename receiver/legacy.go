@@ -26,6 +26,7 @@ type reply struct {
 	dropAfter  bool // write the answer, then drop the connection
 	delay      time.Duration
 	httpStatus int // a bare HTTP status instead of a JSON-RPC answer (refused tasks/get)
+	retryAfter time.Duration
 }
 
 func ok(result any) reply       { return reply{result: result} }
@@ -200,13 +201,13 @@ func (r *Receiver) taskParam(rc *reqCtx, p obj) (*task, string, *rpcError) {
 }
 
 func (r *Receiver) refusedGet() (reply, bool) {
-	refuse, status := r.knobs.refuseGet(r.cfg.Now())
+	refuse, status, after := r.knobs.refuseGet(r.cfg.Now())
 	if !refuse {
 		return reply{}, false
 	}
 	r.stats.add(func(c *Counters) { c.RefusedGets++ })
 	if status != 0 {
-		return reply{httpStatus: status}, true
+		return reply{httpStatus: status, retryAfter: after}, true
 	}
 	return fail(errf(CodeInternalError, "Internal error: tasks/get temporarily unavailable")), true
 }

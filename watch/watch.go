@@ -477,6 +477,9 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 				From: string(t.State), To: string(changed.Status), Source: operations.SourcePoll,
 				Detail: "a status read of task " + t.TaskID + " was answered for task " + changed.Answered})
 		}
+		if s.backOff(ctx, d, err) {
+			return
+		}
 		s.failure(ctx, d, conn, err)
 		return
 	}
@@ -520,6 +523,8 @@ func pollResult(err error) string {
 		return "unauthorized"
 	case errors.Is(err, mcpclient.ErrSessionGone):
 		return "session_gone"
+	case errors.Is(err, mcpclient.ErrBackpressure):
+		return "backpressure"
 	}
 	return "unreachable"
 }
@@ -541,7 +546,7 @@ func withRetries[T any](ctx context.Context, b config.Budget, f func(context.Con
 			return v, nil
 		}
 		last = err
-		if !errors.Is(err, mcpclient.ErrTransportLost) && !errors.Is(err, mcpclient.ErrNotDelivered) || ctx.Err() != nil {
+		if !errors.Is(err, mcpclient.ErrTransportLost) && !errors.Is(err, mcpclient.ErrNotDelivered) || errors.Is(err, mcpclient.ErrBackpressure) || ctx.Err() != nil {
 			break
 		}
 		select {
@@ -659,8 +664,8 @@ func (s *Service) fetchOutcome(ctx context.Context, d operations.Due, wf *config
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			s.metrics.budget.WithLabelValues("result", t.Server).Inc()
 		}
-		if ctx.Err() != nil {
-			return // pass ended: fetched on a later pass
+		if ctx.Err() != nil || s.backOff(ctx, d, err) {
+			return // pass ended or the server asked to wait: fetched on a later pass
 		}
 		if err := s.store.MarkResultFailed(ctx, d.ID, "outcome not retrievable: "+err.Error()); err != nil {
 			s.log.Error("mark result failed", "operation", d.ID, "err", err)
