@@ -1,0 +1,70 @@
+package gates_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/taskgate/taskgate/gates"
+	"github.com/taskgate/taskgate/receiver"
+)
+
+// TestLoadSuiteWaitsOutAShortExtensionTTLAndHonoursBackpressure: an extension server that
+// sets a 2s ttlMs has its task gone (-32602) after it; the backpressure case passes and the
+// concurrent case reports its polling amplification.
+func TestLoadSuiteWaitsOutAShortExtensionTTLAndHonoursBackpressure(t *testing.T) {
+	t.Parallel()
+	rcv := receiver.New(receiver.Config{Eras: receiver.ErasExtension, DefaultPollInterval: 30 * time.Millisecond, DefaultTTL: 2 * time.Second,
+		MaxTTL: time.Minute, Tokens: map[string]receiver.Identity{"tok-acme": {Tenant: "acme"}}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: rcv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); rcv.Close() })
+	tg := referenceTarget(rcv, "http://"+ln.Addr().String()+"/mcp")
+	tg.SecondToken = ""
+	run := (&gates.Runner{Build: "test", CaseTimeout: 20 * time.Second}).Run(context.Background(), tg, []gates.Suite{gates.SuiteLoad})
+	t.Log("\n" + summary(run))
+	want := map[string]bool{"concurrent": false, "backpressure": false, "cleanup-after-ttl": false}
+	for _, c := range run.Cases {
+		if _, ok := want[c.Name]; !ok {
+			continue
+		}
+		if c.Verdict != gates.Pass {
+			t.Errorf("%s: %s — %s", c.Name, c.Verdict, c.Reason)
+		}
+		want[c.Name] = true
+		switch c.Name {
+		case "cleanup-after-ttl":
+			if c.Evidence.Timings["ttl"] != 2000 {
+				t.Errorf("cleanup timings %v, want the server's 2s ttl", c.Evidence.Timings)
+			}
+		case "backpressure":
+			if c.Evidence.Timings["next_read_after_429"] < 1000 {
+				t.Errorf("backpressure timings %v: a read inside the 1s Retry-After", c.Evidence.Timings)
+			}
+		case "concurrent":
+			if !hasNotePrefix(c, "polling amplification") {
+				t.Errorf("concurrent notes %q: no polling amplification", c.Evidence.Notes)
+			}
+		}
+	}
+	for n, seen := range want {
+		if !seen {
+			t.Errorf("case %s not run", n)
+		}
+	}
+}
+
+func hasNotePrefix(c gates.Case, prefix string) bool {
+	for _, n := range c.Evidence.Notes {
+		if len(n) >= len(prefix) && n[:len(prefix)] == prefix {
+			return true
+		}
+	}
+	return false
+}
