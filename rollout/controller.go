@@ -49,6 +49,24 @@ type KillEngager interface {
 	Engage(ctx context.Context, actor audit.Actor, scope, name, reason string) error
 }
 
+// CanaryWriter writes a workflow's canary flag (CanaryFlagKey) at percent inside the move's
+// transaction (*killswitch.Service).
+type CanaryWriter interface {
+	PutCanaryTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, workflow string, percent int, reason string) error
+}
+
+// flagPercent is the canary flag's percent for a stage: the step's in the canary, all at full,
+// none before.
+func flagPercent(stage Stage, pct int) int {
+	switch stage {
+	case StageCanary:
+		return pct
+	case StageFull:
+		return 100
+	}
+	return 0
+}
+
 // ControllerConfig configures a Controller.
 type ControllerConfig struct {
 	Policy    *config.Config
@@ -58,6 +76,9 @@ type ControllerConfig struct {
 	// Kill engages the kill switch on rollback and on a breach whose plan says so (nil: the
 	// move is made and the switch is reported as not engaged).
 	Kill KillEngager
+	// Canary writes the workflow's canary flag whenever a move changes the percent in force
+	// (nil: the percent is kept only in the rollout state, and routers fall back to it).
+	Canary CanaryWriter
 	// Build is this build of Taskgate, bound into gate evidence.
 	Build string
 	Now   func() time.Time
@@ -237,7 +258,8 @@ func shortFP(fp string) string {
 
 // Promote moves the workflow one stage or step forward. It is refused, naming each reason,
 // while the rollout is paused, while the current step has not been held for the plan's hold
-// time, when the pins drifted, and (unless the plan says otherwise) unless the latest gate
+// time, while the canary's analysis since the step began crosses a threshold, when the pins
+// drifted, and (unless the plan says otherwise) unless the latest gate
 // verdicts passed for the current manifest fingerprint, deviation fingerprint, build and pins.
 func (c *Controller) Promote(ctx context.Context, actor audit.Actor, workflow, reason string) (Status, error) {
 	if err := needReason(reason); err != nil {
@@ -259,6 +281,17 @@ func (c *Controller) Promote(ctx context.Context, actor audit.Actor, workflow, r
 	}
 	for _, d := range st.Drift {
 		why = append(why, "pin drift: "+d)
+	}
+	if st.Stage == StageCanary {
+		// The step must have stayed healthy: the analysis since the step began (within the
+		// plan's window) must cross no threshold. A pause for a breach restarts the hold.
+		a, err := c.Analyze(ctx, workflow)
+		if err != nil {
+			return st, err
+		}
+		for _, b := range a.Breaches {
+			why = append(why, "unhealthy in this step: "+b)
+		}
 	}
 	if *st.Plan.RequireGates && !st.Evidence.Passing {
 		if len(st.Evidence.Reasons) == 0 {
@@ -391,6 +424,11 @@ func (c *Controller) move(ctx context.Context, actor audit.Actor, from Status, a
 			from.Workflow, string(stage), pct, step, paused, actor.Name, changed)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", action, from.Workflow, err)
+		}
+		if c.cfg.Canary != nil && (changed || pct != from.Percent) {
+			if err := c.cfg.Canary.PutCanaryTx(ctx, tx, actor, from.Workflow, flagPercent(stage, pct), "rollout "+action+": "+reason); err != nil {
+				return fmt.Errorf("%s %s: canary flag: %w", action, from.Workflow, err)
+			}
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO rollout_moves (workflow, action, from_stage, from_step, to_stage, to_step, to_percent, actor, reason, detail)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, from.Workflow, action, string(from.Stage), from.Step, string(stage), step, pct, actor.Name, reason, d); err != nil {

@@ -63,7 +63,7 @@ func setupController(t *testing.T, pinned string) *ctl {
 	}
 	c := &ctl{bundle: b, gates: gates.NewStore(pool)}
 	if c.ctl, err = rollout.NewController(rollout.ControllerConfig{Policy: pol, Pool: pool, Evidence: c.gates, Manifests: b.mstore,
-		Kill: b.kill, Build: "test"}); err != nil {
+		Kill: b.kill, Canary: b.kill, Build: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	return c

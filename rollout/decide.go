@@ -13,8 +13,9 @@ package rollout
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"time"
+
+	"github.com/twmb/murmur3"
 
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/manifests"
@@ -188,6 +189,28 @@ type Input struct {
 	CanaryPercent int `json:"canaryPercent"`
 	// Bucket is the tenant's canary bucket, 0-99 (see Bucket).
 	Bucket int `json:"bucket"`
+	// CanaryFlag is the canary flag evaluated for the tenant ("" when the flag is not defined
+	// and the stage's percent decided), CanaryVariant its answer (CanaryTask or
+	// CanaryIncumbent). In the canary stage the flag's answer decides when it is set.
+	CanaryFlag    string `json:"canaryFlag,omitempty"`
+	CanaryVariant string `json:"canaryVariant,omitempty"`
+}
+
+// InsideCanary reports whether the tenant is inside the canary: the canary flag's answer when
+// it gave one, otherwise its bucket against the stage's percent.
+func (in Input) InsideCanary() bool {
+	if in.CanaryVariant != "" {
+		return in.CanaryVariant == CanaryTask
+	}
+	return InCanary(in.Bucket, in.CanaryPercent)
+}
+
+// canaryWords says what placed the tenant, for the decision's sentence.
+func (in Input) canaryWords() string {
+	if in.CanaryFlag != "" {
+		return fmt.Sprintf("bucket %d of flag %s (%d%% canary)", in.Bucket, in.CanaryFlag, in.CanaryPercent)
+	}
+	return fmt.Sprintf("bucket %d (%d%% canary)", in.Bucket, in.CanaryPercent)
 }
 
 // Shadow says what shadow mode means for one decision.
@@ -221,16 +244,33 @@ type Decision struct {
 	MaxSync time.Duration `json:"maxSyncNs,omitempty"`
 }
 
-// Bucket returns the tenant's canary bucket for a workflow, 0-99: FNV-1a of
-// workflow NUL tenant, modulo 100. It is deterministic, so a tenant stays on its side of the
-// canary while the percent does not change.
-func Bucket(workflow, tenant string) int {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(workflow))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(tenant))
-	return int(h.Sum64() % 100)
+// CanaryFlagKey is the key of the flag that holds a workflow's canary percentage: a flagd
+// flag whose targeting is fractional over the tenant (the targeting key), variant "task" for
+// the share inside the canary and "incumbent" for the rest.
+func CanaryFlagKey(workflow string) string { return "rollout-canary." + workflow }
+
+// Canary flag variants.
+const (
+	// CanaryTask is the variant of tenants inside the canary (the Task route).
+	CanaryTask = "task"
+	// CanaryIncumbent is the variant of tenants outside it (the incumbent route).
+	CanaryIncumbent = "incumbent"
+)
+
+// BucketOf is the bucket, 0-99, that flagd's fractional operation gives targetingKey for the
+// flag flagKey when the weights total 100: the 32-bit MurmurHash3 (seed 0) h of flagKey
+// followed by targetingKey, mapped to h*100 >> 32. A fractional split [[task, p], [incumbent,
+// 100-p]] puts the key in task exactly when its bucket is below p.
+func BucketOf(flagKey, targetingKey string) int {
+	h := murmur3.StringSum32(flagKey + targetingKey)
+	return int((uint64(h) * 100) >> 32)
 }
+
+// Bucket returns the tenant's canary bucket for a workflow, 0-99: BucketOf the workflow's
+// canary flag key and the tenant. It is the bucket flagd would compute for the canary flag, so
+// a tenant is on the same side of the canary on every replica and under flagd, and stays there
+// while the percent does not fall.
+func Bucket(workflow, tenant string) int { return BucketOf(CanaryFlagKey(workflow), tenant) }
 
 // InCanary reports whether bucket is inside a canary of percent.
 func InCanary(bucket, percent int) bool { return bucket < percent }
@@ -276,8 +316,8 @@ func Decide(in Input) Decision {
 		}
 		return fallback(ReasonShadow, why)
 	}
-	if in.Stage == StageCanary && !InCanary(in.Bucket, in.CanaryPercent) {
-		return fallback(ReasonCanaryOut, fmt.Sprintf("the tenant's bucket %d is outside the %d%% canary", in.Bucket, in.CanaryPercent))
+	if in.Stage == StageCanary && !in.InsideCanary() {
+		return fallback(ReasonCanaryOut, "the tenant's "+in.canaryWords()+" is outside the canary")
 	}
 	switch in.ManifestState {
 	case ManifestFresh:
@@ -309,7 +349,7 @@ func Decide(in Input) Decision {
 	d.DeclareExtension = m.Era == mcpclient.EraExtension
 	if in.Stage == StageCanary {
 		d.Reason = ReasonTaskCanary
-		d.Sentence = fmt.Sprintf("Runs as a Task: the tenant's bucket %d is inside the %d%% canary and %s offers Tasks for %s.", in.Bucket, in.CanaryPercent, w.Server, w.Tool)
+		d.Sentence = fmt.Sprintf("Runs as a Task: the tenant's %s is inside the canary and %s offers Tasks for %s.", in.canaryWords(), w.Server, w.Tool)
 	} else {
 		d.Reason = ReasonTaskFull
 		d.Sentence = fmt.Sprintf("Runs as a Task: the rollout stage is full and %s offers Tasks for %s.", w.Server, w.Tool)

@@ -31,6 +31,10 @@ type RouterConfig struct {
 	Stages StageSource
 	// KillSwitch blocks new Task starts (required). A read error fails safe: blocked.
 	KillSwitch KillSwitch
+	// Canary answers the workflow's canary flag for a tenant (optional: without it, or when the
+	// flag is not defined, the stage's percent and the tenant's bucket decide, which is the
+	// same split). The killswitch package's Service implements it.
+	Canary CanaryFlags
 	// StaleAfter is how many probe_every periods a manifest stays fresh after the last
 	// successful probe (default 3).
 	StaleAfter int
@@ -38,6 +42,13 @@ type RouterConfig struct {
 	Now func() time.Time
 	// Logger receives kill switch read errors (default slog.Default()).
 	Logger *slog.Logger
+}
+
+// CanaryFlags evaluates a workflow's canary flag (CanaryFlagKey) with the tenant as the
+// targeting key, from memory. ok is false when the flag is not defined or could not be
+// evaluated; variant is CanaryTask or CanaryIncumbent otherwise.
+type CanaryFlags interface {
+	CanaryVariant(workflow, tenant string) (variant string, ok bool)
 }
 
 // Router gathers the live inputs of a decision and calls Decide.
@@ -113,6 +124,11 @@ func (r *Router) Route(ctx context.Context, workflow, tenant string) (Routed, er
 		return out, fmt.Errorf("route %s: %w", workflow, err)
 	}
 	in := Input{Workflow: *w, Stage: st.Stage, CanaryPercent: st.CanaryPercent, Bucket: Bucket(w.Name, tenant)}
+	if r.cfg.Canary != nil && st.Stage == StageCanary {
+		if v, ok := r.cfg.Canary.CanaryVariant(w.Name, tenant); ok {
+			in.CanaryFlag, in.CanaryVariant = CanaryFlagKey(w.Name), v
+		}
+	}
 	in.ManifestState = r.manifestState(ms, now)
 	if ms.Latest != nil {
 		in.Manifest = ms.Latest.Manifest

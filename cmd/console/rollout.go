@@ -65,7 +65,7 @@ func runRollout(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	c, err := rollout.NewController(rollout.ControllerConfig{Policy: policy, Pool: db.Pool, Evidence: gates.NewStore(db.Pool),
-		Manifests: manifests.NewStore(db.Pool), Kill: killswitch.NewStore(db.Pool), Build: buildVersion()})
+		Manifests: manifests.NewStore(db.Pool), Kill: killswitch.NewStore(db.Pool), Canary: killswitch.NewStore(db.Pool), Build: buildVersion()})
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func runRoute(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer flags.Close()
 	router, err := rollout.NewRouter(rollout.RouterConfig{Policy: policy, Manifests: mstore,
-		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: flags, Logger: logger})
+		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: flags, Canary: flags, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -152,7 +152,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer flags.Close()
 	router, err := rollout.NewRouter(rollout.RouterConfig{Policy: policy, Manifests: mstore,
-		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: flags, Logger: logger})
+		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: flags, Canary: flags, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -274,7 +274,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	// The rollout controller: audited moves, and every 30s the pins and canary analysis of each
 	// workflow, pausing a rollout by itself on a drift or a crossed threshold.
 	rollouts, err := rollout.NewController(rollout.ControllerConfig{Policy: policy, Pool: db.Pool, Evidence: gateStore,
-		Manifests: mstore, Kill: flags, Build: buildVersion()})
+		Manifests: mstore, Kill: flags, Canary: flags, Build: buildVersion()})
 	if err != nil {
 		return err
 	}
