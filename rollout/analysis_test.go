@@ -96,3 +96,62 @@ func TestInjectedFaultsInTheCanaryPauseTheRollout(t *testing.T) {
 		t.Fatal("a paused rollout paused again")
 	}
 }
+
+const briefWorkflow = `
+  - {name: brief, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
+     owners: [ops], rollout: {steps: [50, 100], hold: 0s, require_gates: false, thresholds: {min_operations: 3, unknown_rate: 0.2}}}
+`
+
+// TestUnhealthyStepBlocksPromotion: canary operations whose creation is lost cross the
+// unknown-outcome threshold; promotion is refused naming the figures before the analysis loop
+// has paused anything, and after the pause and a resume the step (and its hold) starts again.
+func TestUnhealthyStepBlocksPromotion(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t, 60*time.Second)
+	b := opstest.Setup(t, opstest.Options{Extra: briefWorkflow})
+	svc, err := operations.NewService(operations.Config{Store: b.Store, Policy: b.Policy, Servers: b.Servers,
+		PollFloor: 20 * time.Millisecond, DefaultPoll: 50 * time.Millisecond,
+		Router: operations.RouterFunc(func(_ context.Context, in operations.RouteInput) (operations.Decision, error) {
+			return operations.Decision{Route: operations.RouteTask, ReasonCode: string(rollout.ReasonTaskCanary), Reason: "canary"}, nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := rollout.NewController(rollout.ControllerConfig{Policy: b.Policy, Pool: b.Pool, Evidence: gates.NewStore(b.Pool),
+		Manifests: manifests.NewStore(b.Pool), Build: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stages().Set(ctx, "brief", rollout.StageCanary, 50, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	b.Receiver.Knobs().SetTool("work_optional", receiver.Fault{DropBeforeCreateResult: true})
+	for i := range 3 {
+		if _, err := svc.Start(ctx, operations.Scope{All: true}, operations.StartRequest{IdempotencyKey: fmt.Sprintf("brief-%d", i),
+			Workflow: "brief", Tenant: "acme", Actor: "app:reports", Arguments: []byte(`{"duration_ms": 20}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = c.Promote(ctx, ops, "brief", "looks fine")
+	refusal(t, err, "unhealthy in this step: canary unknown-outcome rate 100.0% (3 of 3) above 20.0%")
+	if st, _ := c.Status(ctx, "brief"); st.Stage != rollout.StageCanary || st.Percent != 50 || len(st.History) != 0 {
+		t.Fatalf("a refused promotion moved the rollout: %+v", st)
+	}
+	// The analysis loop pauses it; a resume restarts the step, whose analysis then starts
+	// empty, so the promotion is judged on the new hold only.
+	if _, paused, err := c.Watch(ctx, "brief"); err != nil || !paused {
+		t.Fatalf("watch: paused %v, %v", paused, err)
+	}
+	before := time.Now()
+	st, err := c.Resume(ctx, ops, "brief", "fixed the receiver")
+	if err != nil || st.StepSince.Before(before.Add(-time.Second)) {
+		t.Fatalf("resume: %v, step since %s", err, st.StepSince)
+	}
+	b.Receiver.Knobs().SetTool("work_optional", receiver.Fault{})
+	if a, err := c.Analyze(ctx, "brief"); err != nil || a.Canary.Operations != 0 {
+		t.Fatalf("analysis after the restart: %v %+v", err, a)
+	}
+	if st, err := c.Promote(ctx, ops, "brief", "healthy since the restart"); err != nil || st.Stage != rollout.StageCanary || st.Percent != 100 {
+		t.Fatalf("promotion after a healthy restart: %v %+v", err, st)
+	}
+}
