@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -50,7 +51,19 @@ type Pins struct {
 	ServerVersion       string   `yaml:"server_version"`
 	AllowedTools        []string `yaml:"allowed_tools"`
 	KillSwitchFlag      string   `yaml:"kill_switch_flag"`
+	// MaxTTL, Concurrency, StatusRetention and Owners pin the workflow's policy values the
+	// rollout was approved with (nil / empty: not pinned).
+	MaxTTL          *Duration `yaml:"max_ttl"`
+	Concurrency     *int      `yaml:"concurrency"`
+	StatusRetention *Duration `yaml:"status_retention"`
+	Owners          []string  `yaml:"owners"`
+	// TaskSupport pins each named tool's execution.taskSupport as the server lists it
+	// (forbidden, optional, required, or server-decides in the extension era).
+	TaskSupport map[string]string `yaml:"task_support"`
 }
+
+// TaskSupportModes are the values a task_support pin may take.
+var TaskSupportModes = []string{"forbidden", "optional", "required", "server-decides"}
 
 // Map gives the pins as name → value for gate bindings (unpinned fields left out).
 func (p Pins) Map() map[string]string {
@@ -69,6 +82,23 @@ func (p Pins) Map() map[string]string {
 		t := slices.Clone(p.AllowedTools)
 		slices.Sort(t)
 		add("allowed_tools", fmt.Sprint(t))
+	}
+	if p.MaxTTL != nil {
+		add("max_ttl", p.MaxTTL.String())
+	}
+	if p.Concurrency != nil {
+		add("concurrency", fmt.Sprint(*p.Concurrency))
+	}
+	if p.StatusRetention != nil {
+		add("status_retention", p.StatusRetention.String())
+	}
+	if len(p.Owners) > 0 {
+		o := slices.Clone(p.Owners)
+		slices.Sort(o)
+		add("owners", fmt.Sprint(o))
+	}
+	for _, tool := range slices.Sorted(maps.Keys(p.TaskSupport)) {
+		add("task_support."+tool, p.TaskSupport[tool])
 	}
 	return m
 }
@@ -136,6 +166,14 @@ func validateRollout(p *RolloutPlan, at func(msg string, path ...any)) {
 		"max_excess_failure_rate": p.Thresholds.MaxExcessFailureRate} {
 		if v < 0 || v > 1 {
 			at("want 0 to 1", "rollout", "thresholds", name)
+		}
+	}
+	if p.Pins.Concurrency != nil && *p.Pins.Concurrency < 0 {
+		at("must not be negative", "rollout", "pins", "concurrency")
+	}
+	for tool, mode := range p.Pins.TaskSupport {
+		if !slices.Contains(TaskSupportModes, mode) {
+			at("want forbidden, optional, required or server-decides", "rollout", "pins", "task_support", tool)
 		}
 	}
 	if p.Thresholds.MinOperations < 0 {

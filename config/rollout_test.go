@@ -34,6 +34,8 @@ func TestRolloutPlanDefaultsAndErrors(t *testing.T) {
 		{"{steps: [0]}", "workflows[0].rollout.steps[0]", "want 1 to 100"},
 		{"{on_breach: panic}", "workflows[0].rollout.on_breach", "want pause or pause_and_kill"},
 		{"{thresholds: {failure_rate: 2}}", "workflows[0].rollout.thresholds.failure_rate", "want 0 to 1"},
+		{"{pins: {concurrency: -1}}", "workflows[0].rollout.pins.concurrency", "must not be negative"},
+		{"{pins: {task_support: {t: sometimes}}}", "workflows[0].rollout.pins.task_support.t", "want forbidden, optional, required or server-decides"},
 	} {
 		_, err := config.Parse([]byte(base + "    rollout: " + tc.plan + "\n"))
 		var es config.Errors
@@ -48,6 +50,30 @@ func TestRolloutPlanDefaultsAndErrors(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s: no %q at %s in %v", tc.plan, tc.msg, tc.field, err)
+		}
+	}
+}
+
+func TestRolloutPolicyPinsBindIntoEvidence(t *testing.T) {
+	t.Parallel()
+	c, err := config.Parse([]byte(base + "    rollout: {pins: {max_ttl: 5m, concurrency: 4, status_retention: 48h, owners: [b, a], task_support: {y: required, x: optional}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := c.Workflow("wf")
+	p := w.Plan().Pins
+	if p.MaxTTL.Duration != 5*time.Minute || *p.Concurrency != 4 || p.StatusRetention.Duration != 48*time.Hour || len(p.Owners) != 2 {
+		t.Fatalf("pins %+v", p)
+	}
+	want := map[string]string{"max_ttl": "5m0s", "concurrency": "4", "status_retention": "48h0m0s", "owners": "[a b]",
+		"task_support.x": "optional", "task_support.y": "required"}
+	m := p.Map()
+	if len(m) != len(want) {
+		t.Fatalf("pins map %v", m)
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("pin %s = %q, want %q", k, m[k], v)
 		}
 	}
 }

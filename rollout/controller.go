@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -197,7 +199,7 @@ func (c *Controller) Status(ctx context.Context, workflow string) (Status, error
 		out.Evidence.Reasons = append(out.Evidence.Reasons, "no manifest recorded for "+server)
 	}
 	if lw, err := c.cfg.Manifests.Latest(ctx, w.Server); err == nil {
-		out.Drift = drift(plan.Pins, c.cfg.Build, w.Tool, lw)
+		out.Drift = drift(plan.Pins, c.cfg.Build, w, lw)
 	}
 	if out.History, err = c.History(ctx, w.Name, 50); err != nil {
 		return Status{}, err
@@ -221,9 +223,24 @@ func next(plan config.RolloutPlan, stage Stage, step int) (Stage, int, int) {
 	return "", 0, 0
 }
 
-// drift lists how the live manifest v departs from the pins.
-func drift(p config.Pins, build, tool string, v manifests.Version) []string {
+// drift lists how the live manifest v and the workflow's policy in force depart from the pins.
+func drift(p config.Pins, build string, w *config.Workflow, v manifests.Version) []string {
 	var out []string
+	if p.MaxTTL != nil && w.MaxTTL.Duration != p.MaxTTL.Duration {
+		out = append(out, fmt.Sprintf("max TTL is %s, pinned %s", w.MaxTTL.Duration, p.MaxTTL.Duration))
+	}
+	if p.Concurrency != nil && w.Concurrency != *p.Concurrency {
+		out = append(out, fmt.Sprintf("concurrency is %d, pinned %d", w.Concurrency, *p.Concurrency))
+	}
+	if p.StatusRetention != nil && w.StatusRetention.Duration != p.StatusRetention.Duration {
+		out = append(out, fmt.Sprintf("status retention is %s, pinned %s", w.StatusRetention.Duration, p.StatusRetention.Duration))
+	}
+	if len(p.Owners) > 0 {
+		have, want := slices.Sorted(slices.Values(w.Owners)), slices.Sorted(slices.Values(p.Owners))
+		if !slices.Equal(have, want) {
+			out = append(out, fmt.Sprintf("owners are %s, pinned %s", strings.Join(have, ", "), strings.Join(want, ", ")))
+		}
+	}
 	if p.ManifestFingerprint != "" && v.Fingerprint != p.ManifestFingerprint {
 		out = append(out, fmt.Sprintf("manifest fingerprint is %s, pinned %s", shortFP(v.Fingerprint), shortFP(p.ManifestFingerprint)))
 	}
@@ -240,6 +257,16 @@ func drift(p config.Pins, build, tool string, v manifests.Version) []string {
 		for _, name := range p.AllowedTools {
 			if _, ok := m.Tool(name); !ok {
 				out = append(out, fmt.Sprintf("allowed tool %s is no longer listed", name))
+			}
+		}
+		for _, name := range slices.Sorted(maps.Keys(p.TaskSupport)) {
+			want := p.TaskSupport[name]
+			t, ok := m.Tool(name)
+			switch {
+			case !ok:
+				out = append(out, fmt.Sprintf("tool %s (taskSupport pinned %s) is no longer listed", name, want))
+			case t.Mode != want:
+				out = append(out, fmt.Sprintf("tool %s taskSupport is %s, pinned %s", name, t.Mode, want))
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -29,10 +30,12 @@ workflows:
     task_use: preferred
     fallback: {kind: handoff}
     owners: [team]
+    max_ttl: 10m
+    concurrency: 5
     rollout:
       steps: [5, 50]
       hold: 0s
-      pins: {server_version: PINNED}
+      pins: PINS
 `
 
 type ctl struct {
@@ -43,9 +46,15 @@ type ctl struct {
 
 func setupController(t *testing.T, pinned string) *ctl {
 	t.Helper()
+	return setupControllerPins(t, fmt.Sprintf("{server_version: %q}", pinned))
+}
+
+// setupControllerPins is setupController with the plan's pins given as a YAML flow mapping.
+func setupControllerPins(t *testing.T, pins string) *ctl {
+	t.Helper()
 	url, _ := startReceiver(t, receiver.ErasLegacy)
 	ctx := ctxT(t, 60*time.Second)
-	pol, err := config.Parse([]byte(replace(replace(planYAML, "URL", url), "PINNED", pinned)))
+	pol, err := config.Parse([]byte(replace(replace(planYAML, "URL", url), "PINS", pins)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,4 +233,52 @@ func TestPinDriftPauses(t *testing.T) {
 	if _, again, _ := c.ctl.CheckDrift(c.ctx, "refund"); again {
 		t.Fatal("a paused rollout paused twice")
 	}
+}
+
+// TestPolicyAndTaskSupportPinsDrift pins max TTL, concurrency, status retention, owners and
+// each tool's taskSupport: pins that match the policy and the live manifest give no drift;
+// each one that does not is named, promotion is refused and the drift check pauses the
+// rollout with every reason.
+func TestPolicyAndTaskSupportPinsDrift(t *testing.T) {
+	t.Parallel()
+	t.Run("matching", func(t *testing.T) {
+		t.Parallel()
+		c := setupControllerPins(t, `{max_ttl: 10m, concurrency: 5, status_retention: 720h, owners: [team],
+        task_support: {work_optional: optional, work_required: required, work_forbidden: forbidden}}`)
+		if st, err := c.ctl.Status(c.ctx, "refund"); err != nil || len(st.Drift) != 0 {
+			t.Fatalf("matching pins drifted: %v %q", err, st.Drift)
+		}
+	})
+	t.Run("drifted", func(t *testing.T) {
+		t.Parallel()
+		c := setupControllerPins(t, `{max_ttl: 5m, concurrency: 3, status_retention: 24h, owners: [team, payments],
+        task_support: {work_optional: required, work_required: required, work_gone: optional}}`)
+		c.passGates(t)
+		want := []string{
+			"max TTL is 10m0s, pinned 5m0s",
+			"concurrency is 5, pinned 3",
+			"status retention is 720h0m0s, pinned 24h0m0s",
+			"owners are team, pinned payments, team",
+			"tool work_gone (taskSupport pinned optional) is no longer listed",
+			"tool work_optional taskSupport is optional, pinned required",
+		}
+		st, err := c.ctl.Status(c.ctx, "refund")
+		if err != nil || strings.Join(st.Drift, "|") != strings.Join(want, "|") {
+			t.Fatalf("drift: %v\n got %q\nwant %q", err, st.Drift, want)
+		}
+		_, err = c.ctl.Promote(c.ctx, ops, "refund", "start")
+		refusal(t, err, "pin drift: max TTL", "pin drift: concurrency", "pin drift: status retention", "pin drift: owners", "pin drift: tool work_optional taskSupport")
+		if _, err := c.ctl.Pool().Exec(c.ctx, `INSERT INTO workflow_rollouts (workflow, stage, canary_percent) VALUES ('refund', 'shadow', 0)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, paused, err := c.ctl.CheckDrift(c.ctx, "refund"); err != nil || !paused {
+			t.Fatalf("drift check: paused %v, %v", paused, err)
+		}
+		st, _ = c.ctl.Status(c.ctx, "refund")
+		for _, w := range want {
+			if !strings.Contains(st.Paused, w) {
+				t.Errorf("pause reason %q does not say %q", st.Paused, w)
+			}
+		}
+	})
 }
