@@ -14,10 +14,13 @@ import (
 // Listen starts a goroutine that calls fn with every Change committed on ChangeChannel by any
 // replica, until ctx ends; it reconnects after errors. The returned channel is closed once the
 // first LISTEN is in place, so a caller can wait before making changes it expects to hear of.
+// While it listens it also publishes the ledger's accumulated changes (PublishPending) every
+// PublishInterval, so every console that shows live updates keeps them flowing.
 func Listen(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, fn func(Change)) <-chan struct{} {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	go publish(ctx, pool, logger)
 	ready := make(chan struct{})
 	var once sync.Once
 	go func() {

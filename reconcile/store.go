@@ -193,7 +193,10 @@ func where(scope Scope, f Filter, args *[]any) (string, error) {
 	case "closed":
 		conds = append(conds, "r.closed_at IS NOT NULL")
 	case "all":
-	case string(StateVerifying), string(StateNeedsPerson), string(StateSettled), string(StateResolved):
+	case string(StateVerifying), string(StateNeedsPerson):
+		// Open states: saying so lets the queue's partial indexes serve the filter.
+		conds = append(conds, "r.closed_at IS NULL", "r.state = "+arg(f.State))
+	case string(StateSettled), string(StateResolved):
 		conds = append(conds, "r.state = "+arg(f.State))
 	default:
 		return "", fmt.Errorf("%w: state %q", ErrInvalid, f.State)
