@@ -349,7 +349,8 @@ type Envelope struct {
 
 // ReconciliationItem is the open (or last) reconciliation item of an operation.
 type ReconciliationItem struct {
-	ID       int64      `json:"id"`
+	// ID is the item's public id (a random UUID).
+	ID       string     `json:"id"`
 	Reason   string     `json:"reason"`
 	OpenedAt time.Time  `json:"opened_at"`
 	ClosedAt *time.Time `json:"closed_at,omitempty"`

@@ -335,7 +335,7 @@ func (s *Store) Detail(ctx context.Context, id string) (Detail, error) {
 		return d, fmt.Errorf("envelope of %s: %w", id, err)
 	}
 	var ri ReconciliationItem
-	err = s.pool.QueryRow(ctx, `SELECT id, reason, opened_at, closed_at FROM reconciliation_items WHERE operation_id = $1 ORDER BY id DESC LIMIT 1`, id).
+	err = s.pool.QueryRow(ctx, `SELECT public_id::text, reason, opened_at, closed_at FROM reconciliation_items WHERE operation_id = $1 ORDER BY id DESC LIMIT 1`, id).
 		Scan(&ri.ID, &ri.Reason, &ri.OpenedAt, &ri.ClosedAt)
 	switch {
 	case err == nil:

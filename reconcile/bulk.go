@@ -43,7 +43,7 @@ type BatchResult struct {
 	Matched int
 	Applied int
 	// Skipped lists items left alone, with why (claimed by someone else, closed).
-	Skipped map[int64]string
+	Skipped map[string]string
 }
 
 // ConfirmPhrase is what a person types to confirm a bulk action over n items.
@@ -82,7 +82,7 @@ func (s *Store) Bulk(ctx context.Context, actor audit.Actor, scope Scope, req Bu
 	if req.Lease <= 0 {
 		req.Lease = DefaultLease
 	}
-	res := BatchResult{Skipped: map[int64]string{}}
+	res := BatchResult{Skipped: map[string]string{}}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		f := req.Filter
 		if f.State == "closed" || f.State == "all" {
@@ -94,11 +94,11 @@ func (s *Store) Bulk(ctx context.Context, actor audit.Actor, scope Scope, req Bu
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT r.id FROM reconciliation_items r WHERE `+w+` ORDER BY r.opened_at, r.id FOR UPDATE`, args...)
+		rows, err := tx.Query(ctx, `SELECT r.public_id::text FROM reconciliation_items r WHERE `+w+` ORDER BY r.opened_at, r.public_id FOR UPDATE`, args...)
 		if err != nil {
 			return fmt.Errorf("bulk select: %w", err)
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return fmt.Errorf("bulk select: %w", err)
 		}
@@ -130,7 +130,7 @@ func (s *Store) Bulk(ctx context.Context, actor audit.Actor, scope Scope, req Bu
 					if it.ClaimedBy != actor.Name {
 						return ErrNotClaimed
 					}
-					if _, err = sp.Exec(ctx, `UPDATE reconciliation_items SET claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL WHERE id = $1`, id); err == nil {
+					if _, err = sp.Exec(ctx, `UPDATE reconciliation_items SET claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL WHERE id = $1`, it.seq); err == nil {
 						err = audit.Record(ctx, sp, audit.Entry{Actor: actor, Tenant: it.Tenant, Action: "reconcile.release", Target: target(id),
 							Before: claimView(it), After: map[string]any{"batch": *batch}})
 					}

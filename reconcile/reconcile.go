@@ -101,6 +101,27 @@ var reasonText = map[Reason]string{
 	ReasonServerTextReplaced:      "The server's answer held text that cannot be stored (NUL or invalid UTF-8); the kept record is not verbatim",
 }
 
+// ValidID reports whether id has the form of an item's public id (a UUID in its canonical
+// text form). Anything else, old numeric ids among them, names no item.
+func ValidID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Reasons lists every reason code in the order the console offers them as a filter.
 func Reasons() []Reason {
 	return []Reason{ReasonCreateUnacknowledged, ReasonSyncTimeout, ReasonSyncTransportLost, ReasonJobUnacknowledged,
@@ -196,7 +217,11 @@ func (s Scope) Allows(tenant string) bool { return s.All || slices.Contains(s.Te
 
 // Item is one reconciliation item with the operation it concerns.
 type Item struct {
-	ID          int64
+	// ID is the item's public id: a random UUID (version 4), so ids shown in pages, links,
+	// exports and audit targets say nothing about how many items exist or when one was opened.
+	ID string
+	// seq is the row's internal key; it never leaves the package.
+	seq         int64
 	OperationID string
 	Tenant      string
 	Workflow    string
@@ -248,8 +273,9 @@ func (i Item) CanRetry() bool {
 
 // Verification is one verifier answer or a person's resolution: the evidence behind an outcome.
 type Verification struct {
-	ID         int64
-	ItemID     *int64
+	ID int64
+	// ItemID is the public id of the item it settled or re-verified, "" when none.
+	ItemID     string
 	Source     string
 	Trigger    string
 	Answer     Outcome

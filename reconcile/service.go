@@ -165,7 +165,7 @@ func (s *Service) runOnce(ctx context.Context) (int, error) {
 	}
 	for _, it := range items {
 		if err := s.reverify(ctx, it); err != nil {
-			s.log.Error("re-verify item", "item", it.id, "err", err)
+			s.log.Error("re-verify item", "item", it.pub, "err", err)
 			continue
 		}
 		n++
@@ -416,6 +416,7 @@ func markUnknown(ctx context.Context, q Querier, opID string, reason Reason) err
 
 type dueItem struct {
 	id       int64
+	pub      string
 	opID     string
 	attempts int
 }
@@ -428,14 +429,14 @@ func (s *Service) claimItems(ctx context.Context) ([]dueItem, error) {
 			ORDER BY next_verify_at LIMIT $2 FOR UPDATE SKIP LOCKED)
 		UPDATE reconciliation_items r SET verify_owner = $1, verify_lease_expires_at = now() + $3 * interval '1 millisecond',
 			attempts = r.attempts + 1
-		FROM due WHERE r.id = due.id RETURNING r.id, r.operation_id, r.attempts`,
+		FROM due WHERE r.id = due.id RETURNING r.id, r.public_id::text, r.operation_id, r.attempts`,
 		s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim due items: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueItem, error) {
 		var d dueItem
-		return d, r.Scan(&d.id, &d.opID, &d.attempts)
+		return d, r.Scan(&d.id, &d.pub, &d.opID, &d.attempts)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim due items: %w", err)
@@ -485,7 +486,7 @@ func (s *Service) reverify(ctx context.Context, d dueItem) error {
 			return nil // resolved by a person, or taken over
 		}
 		if err != nil {
-			return fmt.Errorf("lock item %d: %w", d.id, err)
+			return fmt.Errorf("lock item %s: %w", d.pub, err)
 		}
 		if err := recordAnswer(ctx, tx, d.opID, &d.id, f.tenant, src, "reverify", a, attempt); err != nil {
 			return err
@@ -495,7 +496,7 @@ func (s *Service) reverify(ctx context.Context, d dueItem) error {
 			if _, err := tx.Exec(ctx, `UPDATE reconciliation_items SET state = 'settled', closed_at = now(), closed_by = $2,
 				resolution = $3, next_verify_at = NULL, verify_owner = NULL, verify_lease_expires_at = NULL,
 				claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL WHERE id = $1`, d.id, "verifier:"+src, a.Outcome); err != nil {
-				return fmt.Errorf("settle item %d: %w", d.id, err)
+				return fmt.Errorf("settle item %s: %w", d.pub, err)
 			}
 			if err := setOutcome(ctx, tx, d.opID, string(a.Outcome), src, a.Receipt); err != nil {
 				return err
@@ -503,7 +504,7 @@ func (s *Service) reverify(ctx context.Context, d dueItem) error {
 			if err := timeline(ctx, tx, d.opID, "verified", "verifier ("+src+"): "+string(a.Outcome)+" after "+reason); err != nil {
 				return err
 			}
-			if err := audit.Record(ctx, tx, audit.Entry{Actor: SystemActor, Tenant: f.tenant, Action: "reconcile.settle", Target: target(d.id),
+			if err := audit.Record(ctx, tx, audit.Entry{Actor: SystemActor, Tenant: f.tenant, Action: "reconcile.settle", Target: target(d.pub),
 				After: map[string]any{"outcome": a.Outcome, "source": src, "attempts": d.attempts}, Reason: a.Detail}); err != nil {
 				return err
 			}
@@ -515,14 +516,14 @@ func (s *Service) reverify(ctx context.Context, d dueItem) error {
 		case src == KindNone || d.attempts >= s.cfg.MaxAttempts:
 			if _, err := tx.Exec(ctx, `UPDATE reconciliation_items SET state = 'needs_person', next_verify_at = NULL,
 				verify_owner = NULL, verify_lease_expires_at = NULL WHERE id = $1`, d.id); err != nil {
-				return fmt.Errorf("escalate item %d: %w", d.id, err)
+				return fmt.Errorf("escalate item %s: %w", d.pub, err)
 			}
-			return audit.Record(ctx, tx, audit.Entry{Actor: SystemActor, Tenant: f.tenant, Action: "reconcile.escalate", Target: target(d.id),
+			return audit.Record(ctx, tx, audit.Entry{Actor: SystemActor, Tenant: f.tenant, Action: "reconcile.escalate", Target: target(d.pub),
 				After: map[string]any{"state": StateNeedsPerson, "attempts": d.attempts, "source": src}, Reason: a.Detail})
 		default:
 			if _, err := tx.Exec(ctx, `UPDATE reconciliation_items SET next_verify_at = now() + $2 * interval '1 millisecond',
 				verify_owner = NULL, verify_lease_expires_at = NULL WHERE id = $1`, d.id, s.backoff(d.attempts).Milliseconds()); err != nil {
-				return fmt.Errorf("reschedule item %d: %w", d.id, err)
+				return fmt.Errorf("reschedule item %s: %w", d.pub, err)
 			}
 			return nil
 		}

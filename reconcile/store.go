@@ -72,12 +72,11 @@ func OpenTx(ctx context.Context, tx pgx.Tx, operationID string, reason Reason, d
 	if reason == ReasonHumanHandoff || reason == ReasonTaskDomainMismatch || reason == ReasonManualVerification {
 		state = StateNeedsPerson
 	}
-	var id int64
-	var tenant string
+	var id, tenant string
 	err := tx.QueryRow(ctx, `INSERT INTO reconciliation_items (operation_id, tenant, workflow, reason, detail, state, next_verify_at)
 		SELECT o.id, o.tenant, o.workflow, $2, $3, $4, CASE WHEN $4 = 'verifying' THEN now() END FROM operations o WHERE o.id = $1
 		ON CONFLICT (operation_id) WHERE closed_at IS NULL DO NOTHING
-		RETURNING id, tenant`, operationID, reason, truncate(detail, 500), state).Scan(&id, &tenant)
+		RETURNING public_id::text, tenant`, operationID, reason, truncate(detail, 500), state).Scan(&id, &tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -85,7 +84,7 @@ func OpenTx(ctx context.Context, tx pgx.Tx, operationID string, reason Reason, d
 		return false, fmt.Errorf("open reconciliation item of %s: %w", operationID, err)
 	}
 	if err := audit.Record(ctx, tx, audit.Entry{Actor: SystemActor, Tenant: tenant, Action: "reconcile.open",
-		Target: "reconciliation:" + strconv.FormatInt(id, 10), After: map[string]any{"operation": operationID, "reason": reason, "state": state},
+		Target: target(id), After: map[string]any{"operation": operationID, "reason": reason, "state": state},
 		Reason: ReasonText(reason)}); err != nil {
 		return false, err
 	}
@@ -97,7 +96,7 @@ func truncate(s string, n int) string {
 	return safetext.CutPlain(s, n)
 }
 
-const itemColumns = `r.id, r.operation_id, r.tenant, r.workflow, r.reason, r.detail, r.state, r.attempts, r.next_verify_at,
+const itemColumns = `r.id, r.public_id::text, r.operation_id, r.tenant, r.workflow, r.reason, r.detail, r.state, r.attempts, r.next_verify_at,
 	r.opened_at, r.closed_at, coalesce(r.claimed_by, ''), r.claimed_at, r.claim_expires_at, coalesce(r.resolution, ''),
 	coalesce(r.resolution_reason, ''), coalesce(r.note, ''), coalesce(r.evidence_url, ''), coalesce(r.closed_by, ''), r.batch_id,
 	r.retried_at, coalesce(r.retried_by, ''),
@@ -109,7 +108,7 @@ const itemFrom = ` FROM reconciliation_items r JOIN operations o ON o.id = r.ope
 func scanItem(row pgx.Row) (Item, error) {
 	var i Item
 	var res string
-	err := row.Scan(&i.ID, &i.OperationID, &i.Tenant, &i.Workflow, &i.Reason, &i.Detail, &i.State, &i.Attempts, &i.NextVerifyAt,
+	err := row.Scan(&i.seq, &i.ID, &i.OperationID, &i.Tenant, &i.Workflow, &i.Reason, &i.Detail, &i.State, &i.Attempts, &i.NextVerifyAt,
 		&i.OpenedAt, &i.ClosedAt, &i.ClaimedBy, &i.ClaimedAt, &i.ClaimExpiresAt, &res, &i.ResolutionReason, &i.Note,
 		&i.EvidenceURL, &i.ClosedBy, &i.BatchID, &i.RetriedAt, &i.RetriedBy,
 		&i.ObjectRef, &i.IntendedEffect, &i.Route, &i.IdempotencyKey, &i.DomainOutcome, &i.TaskState, &i.ToolError)
@@ -121,33 +120,27 @@ func scanItem(row pgx.Row) (Item, error) {
 	return i, err
 }
 
-func notFound(id int64, err error) error {
+func notFound(id string, err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("item %d: %w", id, ErrNotFound)
+		return fmt.Errorf("item %s: %w", id, ErrNotFound)
 	}
-	return fmt.Errorf("item %d: %w", id, err)
+	return fmt.Errorf("item %s: %w", id, err)
 }
 
-// Get returns an item if it is in scope; another tenant's item is ErrNotFound.
-func (s *Store) Get(ctx context.Context, scope Scope, id int64) (Item, error) {
-	it, err := scanItem(s.pool.QueryRow(ctx, `SELECT `+itemColumns+itemFrom+` WHERE r.id = $1`, id))
+// Get returns an item if it is in scope. Another tenant's item, an id of the wrong form (an
+// old numeric link among them) and a missing item are all ErrNotFound.
+func (s *Store) Get(ctx context.Context, scope Scope, id string) (Item, error) {
+	if !ValidID(id) {
+		return Item{}, fmt.Errorf("item %q: %w", safetext.CutPlain(id, 40), ErrNotFound)
+	}
+	it, err := scanItem(s.pool.QueryRow(ctx, `SELECT `+itemColumns+itemFrom+` WHERE r.public_id = $1::uuid`, id))
 	if err != nil {
 		return Item{}, notFound(id, err)
 	}
 	if !scope.Allows(it.Tenant) {
-		return Item{}, fmt.Errorf("item %d: %w", id, ErrNotFound)
+		return Item{}, fmt.Errorf("item %s: %w", id, ErrNotFound)
 	}
 	return it, nil
-}
-
-// Tenant returns the tenant of an item regardless of scope, so a handler can refuse
-// out-of-scope actions with the right status.
-func (s *Store) Tenant(ctx context.Context, id int64) (string, error) {
-	var t string
-	if err := s.pool.QueryRow(ctx, `SELECT tenant FROM reconciliation_items WHERE id = $1`, id).Scan(&t); err != nil {
-		return "", notFound(id, err)
-	}
-	return t, nil
 }
 
 // ForOperation returns the newest item of an operation in scope (ErrNotFound when none).
@@ -162,8 +155,9 @@ func (s *Store) ForOperation(ctx context.Context, scope Scope, operationID strin
 // Verifications returns every verifier answer and resolution of an operation, oldest first.
 func (s *Store) Verifications(ctx context.Context, scope Scope, operationID string) ([]Verification, error) {
 	all, tenants := scope.All, scope.Tenants
-	rows, err := s.pool.Query(ctx, `SELECT id, item_id, source, trigger, answer, receipt, detail, http_status, attempt, at
-		FROM outcome_verifications WHERE operation_id = $1 AND ($2::bool OR tenant = ANY($3::text[])) ORDER BY id`, operationID, all, tenants)
+	rows, err := s.pool.Query(ctx, `SELECT v.id, coalesce(r.public_id::text, ''), v.source, v.trigger, v.answer, v.receipt, v.detail, v.http_status, v.attempt, v.at
+		FROM outcome_verifications v LEFT JOIN reconciliation_items r ON r.id = v.item_id
+		WHERE v.operation_id = $1 AND ($2::bool OR v.tenant = ANY($3::text[])) ORDER BY v.id`, operationID, all, tenants)
 	if err != nil {
 		return nil, fmt.Errorf("verifications of %s: %w", operationID, err)
 	}
@@ -223,7 +217,8 @@ func where(scope Scope, f Filter, args *[]any) (string, error) {
 	return strings.Join(conds, " AND "), nil
 }
 
-// List returns a page of the queue in scope, oldest first (keyset on opened_at, id).
+// List returns a page of the queue in scope, oldest first (keyset on opened_at and the public
+// id, so a cursor carries nothing that counts items).
 func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
@@ -240,11 +235,11 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 			return Page{}, err
 		}
 		args = append(args, at, id)
-		w += fmt.Sprintf(" AND (r.opened_at, r.id) > ($%d, $%d)", len(args)-1, len(args))
+		w += fmt.Sprintf(" AND (r.opened_at, r.public_id) > ($%d, $%d::uuid)", len(args)-1, len(args))
 	}
 	args = append(args, f.Limit+1)
 	rows, err := s.pool.Query(ctx, `SELECT `+itemColumns+itemFrom+` WHERE `+w+
-		fmt.Sprintf(` ORDER BY r.opened_at, r.id LIMIT $%d`, len(args)), args...)
+		fmt.Sprintf(` ORDER BY r.opened_at, r.public_id LIMIT $%d`, len(args)), args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("list reconciliation items: %w", err)
 	}
@@ -256,38 +251,41 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 	if len(items) > f.Limit {
 		p.Items = items[:f.Limit]
 		last := p.Items[f.Limit-1]
-		p.Next = base64.RawURLEncoding.EncodeToString([]byte(last.OpenedAt.UTC().Format(time.RFC3339Nano) + "|" + strconv.FormatInt(last.ID, 10)))
+		p.Next = base64.RawURLEncoding.EncodeToString([]byte(last.OpenedAt.UTC().Format(time.RFC3339Nano) + "|" + last.ID))
 	}
 	return p, nil
 }
 
-func decodeCursor(c string) (time.Time, int64, error) {
+func decodeCursor(c string) (time.Time, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err == nil {
 		if at, id, ok := strings.Cut(string(b), "|"); ok {
 			t, err1 := time.Parse(time.RFC3339Nano, at)
-			n, err2 := strconv.ParseInt(id, 10, 64)
-			if err1 == nil && err2 == nil {
-				return t, n, nil
+			if err1 == nil && ValidID(id) {
+				return t, id, nil
 			}
 		}
 	}
-	return time.Time{}, 0, fmt.Errorf("%w: bad cursor", ErrInvalid)
+	return time.Time{}, "", fmt.Errorf("%w: bad cursor", ErrInvalid)
 }
 
-// lockItem locks an item in tx and checks scope.
-func lockItem(ctx context.Context, tx pgx.Tx, scope Scope, id int64) (Item, error) {
-	it, err := scanItem(tx.QueryRow(ctx, `SELECT `+itemColumns+itemFrom+` WHERE r.id = $1 FOR UPDATE OF r`, id))
+// lockItem locks an item by its public id in tx and checks scope.
+func lockItem(ctx context.Context, tx pgx.Tx, scope Scope, id string) (Item, error) {
+	if !ValidID(id) {
+		return Item{}, fmt.Errorf("item %q: %w", safetext.CutPlain(id, 40), ErrNotFound)
+	}
+	it, err := scanItem(tx.QueryRow(ctx, `SELECT `+itemColumns+itemFrom+` WHERE r.public_id = $1::uuid FOR UPDATE OF r`, id))
 	if err != nil {
 		return Item{}, notFound(id, err)
 	}
 	if !scope.Allows(it.Tenant) {
-		return Item{}, fmt.Errorf("item %d: %w", id, ErrNotFound)
+		return Item{}, fmt.Errorf("item %s: %w", id, ErrNotFound)
 	}
 	return it, nil
 }
 
-func target(id int64) string { return "reconciliation:" + strconv.FormatInt(id, 10) }
+// target is an item's audit target, by its public id.
+func target(id string) string { return "reconciliation:" + id }
 
 func claimView(it Item) map[string]any {
 	return map[string]any{"state": it.State, "claimed_by": it.ClaimedBy, "claim_expires_at": it.ClaimExpiresAt}
@@ -297,17 +295,17 @@ func claimView(it Item) map[string]any {
 // live claim; the holder's own claim is renewed.
 func claimTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, lease time.Duration, batch *int64) (Item, error) {
 	if !it.Open() {
-		return it, fmt.Errorf("claim item %d: %w", it.ID, ErrClosed)
+		return it, fmt.Errorf("claim item %s: %w", it.ID, ErrClosed)
 	}
 	if it.ClaimedBy != "" && it.ClaimedBy != actor.Name {
-		return it, fmt.Errorf("claim item %d (held by %s until %s): %w", it.ID, it.ClaimedBy, it.ClaimExpiresAt.UTC().Format(time.RFC3339), ErrClaimed)
+		return it, fmt.Errorf("claim item %s (held by %s until %s): %w", it.ID, it.ClaimedBy, it.ClaimExpiresAt.UTC().Format(time.RFC3339), ErrClaimed)
 	}
 	before := claimView(it)
 	var at, exp time.Time
 	if err := tx.QueryRow(ctx, `UPDATE reconciliation_items SET claimed_by = $2, claimed_at = now(),
 		claim_expires_at = now() + $3 * interval '1 millisecond' WHERE id = $1 RETURNING claimed_at, claim_expires_at`,
-		it.ID, actor.Name, lease.Milliseconds()).Scan(&at, &exp); err != nil {
-		return it, fmt.Errorf("claim item %d: %w", it.ID, err)
+		it.seq, actor.Name, lease.Milliseconds()).Scan(&at, &exp); err != nil {
+		return it, fmt.Errorf("claim item %s: %w", it.ID, err)
 	}
 	it.ClaimedBy, it.ClaimedAt, it.ClaimExpiresAt = actor.Name, &at, &exp
 	after := claimView(it)
@@ -323,7 +321,7 @@ const DefaultLease = 15 * time.Minute
 
 // Claim claims an item for actor for lease (DefaultLease when zero). A competing live claim is
 // refused with ErrClaimed and never overwritten; the holder's own claim is renewed. Audited.
-func (s *Store) Claim(ctx context.Context, actor audit.Actor, scope Scope, id int64, lease time.Duration) (Item, error) {
+func (s *Store) Claim(ctx context.Context, actor audit.Actor, scope Scope, id string, lease time.Duration) (Item, error) {
 	if lease <= 0 {
 		lease = DefaultLease
 	}
@@ -340,7 +338,7 @@ func (s *Store) Claim(ctx context.Context, actor audit.Actor, scope Scope, id in
 }
 
 // Release gives up actor's claim. Audited.
-func (s *Store) Release(ctx context.Context, actor audit.Actor, scope Scope, id int64) (Item, error) {
+func (s *Store) Release(ctx context.Context, actor audit.Actor, scope Scope, id string) (Item, error) {
 	var it Item
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		cur, err := lockItem(ctx, tx, scope, id)
@@ -348,10 +346,10 @@ func (s *Store) Release(ctx context.Context, actor audit.Actor, scope Scope, id 
 			return err
 		}
 		if cur.ClaimedBy != actor.Name {
-			return fmt.Errorf("release item %d: %w", id, ErrNotClaimed)
+			return fmt.Errorf("release item %s: %w", id, ErrNotClaimed)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE reconciliation_items SET claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL WHERE id = $1`, id); err != nil {
-			return fmt.Errorf("release item %d: %w", id, err)
+		if _, err := tx.Exec(ctx, `UPDATE reconciliation_items SET claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL WHERE id = $1`, cur.seq); err != nil {
+			return fmt.Errorf("release item %s: %w", id, err)
 		}
 		before := claimView(cur)
 		cur.ClaimedBy, cur.ClaimedAt, cur.ClaimExpiresAt = "", nil, nil
@@ -394,21 +392,21 @@ func (s *Store) validate(r Resolution) error {
 // entry and the audit row.
 func resolveTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, r Resolution, batch *int64) (Item, error) {
 	if !it.Open() {
-		return it, fmt.Errorf("resolve item %d: %w", it.ID, ErrClosed)
+		return it, fmt.Errorf("resolve item %s: %w", it.ID, ErrClosed)
 	}
 	if it.ClaimedBy != actor.Name {
 		if it.ClaimedBy != "" {
-			return it, fmt.Errorf("resolve item %d (held by %s): %w", it.ID, it.ClaimedBy, ErrClaimed)
+			return it, fmt.Errorf("resolve item %s (held by %s): %w", it.ID, it.ClaimedBy, ErrClaimed)
 		}
-		return it, fmt.Errorf("resolve item %d: %w", it.ID, ErrNotClaimed)
+		return it, fmt.Errorf("resolve item %s: %w", it.ID, ErrNotClaimed)
 	}
 	before := map[string]any{"state": it.State, "domain_outcome": it.DomainOutcome, "claimed_by": it.ClaimedBy}
 	note, evidence := strings.TrimSpace(r.Note), strings.TrimSpace(r.EvidenceURL)
 	if err := tx.QueryRow(ctx, `UPDATE reconciliation_items SET state = 'resolved', closed_at = now(), closed_by = $2,
 		resolution = $3, resolution_reason = $4, note = $5, evidence_url = $6, batch_id = $7, next_verify_at = NULL,
 		claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL WHERE id = $1 RETURNING closed_at`,
-		it.ID, actor.Name, r.Outcome, r.Reason, note, evidence, batch).Scan(&it.ClosedAt); err != nil {
-		return it, fmt.Errorf("resolve item %d: %w", it.ID, err)
+		it.seq, actor.Name, r.Outcome, r.Reason, note, evidence, batch).Scan(&it.ClosedAt); err != nil {
+		return it, fmt.Errorf("resolve item %s: %w", it.ID, err)
 	}
 	it.State, it.Resolution, it.ResolutionReason, it.Note, it.EvidenceURL, it.ClosedBy, it.BatchID = StateResolved, r.Outcome, r.Reason, note, evidence, actor.Name, batch
 	it.ClaimedBy, it.ClaimedAt, it.ClaimExpiresAt = "", nil, nil
@@ -417,9 +415,9 @@ func resolveTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, r Res
 	}
 	it.DomainOutcome = domainOutcome(r.Outcome)
 	if _, err := tx.Exec(ctx, `INSERT INTO outcome_verifications (operation_id, item_id, tenant, source, trigger, answer, receipt, detail)
-		VALUES ($1,$2,$3,'person','resolution',$4,$5,$6)`, it.OperationID, it.ID, it.Tenant, r.Outcome, evidence,
+		VALUES ($1,$2,$3,'person','resolution',$4,$5,$6)`, it.OperationID, it.seq, it.Tenant, r.Outcome, evidence,
 		truncate(actor.Name+": "+r.Reason+" — "+note, 1000)); err != nil {
-		return it, fmt.Errorf("record resolution of item %d: %w", it.ID, err)
+		return it, fmt.Errorf("record resolution of item %s: %w", it.ID, err)
 	}
 	if err := timeline(ctx, tx, it.OperationID, "reconciled", fmt.Sprintf("resolved %s by %s (%s)", r.Outcome, actor.Name, r.Reason)); err != nil {
 		return it, err
@@ -435,7 +433,7 @@ func resolveTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, r Res
 // Resolve resolves an item the actor holds a live claim on, with an outcome, a reason, a
 // required note and an evidence link. The operation's domain outcome is set (duplicate counts
 // as not_applied for this operation). Audited.
-func (s *Store) Resolve(ctx context.Context, actor audit.Actor, scope Scope, id int64, r Resolution) (Item, error) {
+func (s *Store) Resolve(ctx context.Context, actor audit.Actor, scope Scope, id string, r Resolution) (Item, error) {
 	if err := s.validate(r); err != nil {
 		return Item{}, err
 	}
@@ -475,7 +473,7 @@ func timeline(ctx context.Context, q Querier, opID, state, msg string) error {
 }
 
 // Reverify puts an open item back to automatic verification now (attempts start again). Audited.
-func (s *Store) Reverify(ctx context.Context, actor audit.Actor, scope Scope, id int64) (Item, error) {
+func (s *Store) Reverify(ctx context.Context, actor audit.Actor, scope Scope, id string) (Item, error) {
 	var it Item
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		cur, err := lockItem(ctx, tx, scope, id)
@@ -490,14 +488,14 @@ func (s *Store) Reverify(ctx context.Context, actor audit.Actor, scope Scope, id
 
 func reverifyTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, batch *int64) (Item, error) {
 	if !it.Open() {
-		return it, fmt.Errorf("re-verify item %d: %w", it.ID, ErrClosed)
+		return it, fmt.Errorf("re-verify item %s: %w", it.ID, ErrClosed)
 	}
 	if it.ClaimedBy != "" && it.ClaimedBy != actor.Name {
-		return it, fmt.Errorf("re-verify item %d (held by %s): %w", it.ID, it.ClaimedBy, ErrClaimed)
+		return it, fmt.Errorf("re-verify item %s (held by %s): %w", it.ID, it.ClaimedBy, ErrClaimed)
 	}
 	before := map[string]any{"state": it.State, "attempts": it.Attempts}
-	if _, err := tx.Exec(ctx, `UPDATE reconciliation_items SET state = 'verifying', attempts = 0, next_verify_at = now() WHERE id = $1`, it.ID); err != nil {
-		return it, fmt.Errorf("re-verify item %d: %w", it.ID, err)
+	if _, err := tx.Exec(ctx, `UPDATE reconciliation_items SET state = 'verifying', attempts = 0, next_verify_at = now() WHERE id = $1`, it.seq); err != nil {
+		return it, fmt.Errorf("re-verify item %s: %w", it.ID, err)
 	}
 	it.State, it.Attempts = StateVerifying, 0
 	after := map[string]any{"state": it.State, "attempts": 0}
@@ -512,9 +510,9 @@ func reverifyTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, batc
 // call reuses the operation's idempotency key (through the Retrier, the ledger's start path),
 // so the system of record applies the effect at most once. The retry is recorded and audited
 // before it is sent.
-func (s *Store) Retry(ctx context.Context, actor audit.Actor, scope Scope, id int64) (Item, error) {
+func (s *Store) Retry(ctx context.Context, actor audit.Actor, scope Scope, id string) (Item, error) {
 	if s.retrier == nil {
-		return Item{}, fmt.Errorf("retry item %d: no retrier configured: %w", id, ErrRetryNotAllowed)
+		return Item{}, fmt.Errorf("retry item %s: no retrier configured: %w", id, ErrRetryNotAllowed)
 	}
 	var it Item
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -523,16 +521,16 @@ func (s *Store) Retry(ctx context.Context, actor audit.Actor, scope Scope, id in
 			return err
 		}
 		if !cur.CanRetry() || cur.DomainOutcome != string(OutcomeNotApplied) {
-			return fmt.Errorf("retry item %d (resolution %q, outcome %s): %w", id, cur.Resolution, cur.DomainOutcome, ErrRetryNotAllowed)
+			return fmt.Errorf("retry item %s (resolution %q, outcome %s): %w", id, cur.Resolution, cur.DomainOutcome, ErrRetryNotAllowed)
 		}
 		if err := tx.QueryRow(ctx, `UPDATE reconciliation_items SET retried_at = now(), retried_by = $2 WHERE id = $1 RETURNING retried_at`,
-			id, actor.Name).Scan(&cur.RetriedAt); err != nil {
-			return fmt.Errorf("retry item %d: %w", id, err)
+			cur.seq, actor.Name).Scan(&cur.RetriedAt); err != nil {
+			return fmt.Errorf("retry item %s: %w", id, err)
 		}
 		cur.RetriedBy = actor.Name
 		// The retried call is verified again once it answers.
 		if _, err := tx.Exec(ctx, `DELETE FROM outcome_checks WHERE operation_id = $1`, cur.OperationID); err != nil {
-			return fmt.Errorf("retry item %d: %w", id, err)
+			return fmt.Errorf("retry item %s: %w", id, err)
 		}
 		it = cur
 		return audit.Record(ctx, tx, audit.Entry{Actor: actor, Tenant: cur.Tenant, Action: "reconcile.retry", Target: target(id),

@@ -340,16 +340,16 @@ func TestQueueKeysetPages(t *testing.T) {
 	t.Parallel()
 	w := setup(t)
 	ctx := context.Background()
-	want := map[int64]bool{}
+	want := map[string]bool{}
 	for i := range 11 {
 		want[w.handoff(t, "acme", fmt.Sprintf("page-%d", i)).ID] = true
 	}
 	foreign := w.handoff(t, "globex", "page-g").ID
-	// Half the items share one opening time: the id breaks the tie.
+	// Half the items share one opening time: the public id breaks the tie.
 	if _, err := w.Pool.Exec(ctx, `UPDATE reconciliation_items SET opened_at = '2026-01-01T00:00:00Z' WHERE id % 2 = 0`); err != nil {
 		t.Fatal(err)
 	}
-	seen := map[int64]bool{}
+	seen := map[string]bool{}
 	var prev *reconcile.Item
 	pages := 0
 	f := reconcile.Filter{Limit: 4}
@@ -364,13 +364,13 @@ func TestQueueKeysetPages(t *testing.T) {
 		}
 		for _, it := range p.Items {
 			if seen[it.ID] {
-				t.Fatalf("item %d on two pages", it.ID)
+				t.Fatalf("item %s on two pages", it.ID)
 			}
 			if it.ID == foreign {
 				t.Fatal("another tenant's item in the queue")
 			}
 			if prev != nil && (it.OpenedAt.Before(prev.OpenedAt) || it.OpenedAt.Equal(prev.OpenedAt) && it.ID < prev.ID) {
-				t.Fatalf("item %d after %d: out of order", it.ID, prev.ID)
+				t.Fatalf("item %s after %s: out of order", it.ID, prev.ID)
 			}
 			seen[it.ID] = true
 			prev = &it
@@ -385,7 +385,7 @@ func TestQueueKeysetPages(t *testing.T) {
 	}
 	for id := range want {
 		if !seen[id] {
-			t.Errorf("item %d missing from every page", id)
+			t.Errorf("item %s missing from every page", id)
 		}
 	}
 	if _, err := w.rs.List(ctx, acme, reconcile.Filter{After: "not-a-cursor"}); err == nil {

@@ -123,9 +123,9 @@ func TestReconcileQueueRowStatesInWords(t *testing.T) {
 	id := e.openItem(t, "acme", "k1", reconcile.ReasonSyncTimeout)
 
 	_, body := e.do(t, "support", http.MethodGet, "/reconcile?state=", nil)
-	row := testidText(body, "item-"+idStr(id), "tr")
+	row := testidText(body, "item-"+id, "tr")
 	if row == "" {
-		t.Fatalf("no queue row for item %d:\n%s", id, body)
+		t.Fatalf("no queue row for item %s:\n%s", id, body)
 	}
 	for testid, want := range map[string]string{
 		"item-task-state": "no task",

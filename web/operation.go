@@ -2,7 +2,6 @@ package web
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -127,7 +126,7 @@ func (s *Server) operationView(r *http.Request, d operations.Detail, flash, tone
 		v.Doing, v.MayHave = cancelWords(d, wf, v.LastProgress, now)
 	}
 	if d.Reconciliation != nil {
-		link := "/reconcile/" + strconv.FormatInt(d.Reconciliation.ID, 10)
+		link := itemHref(d.Reconciliation.ID)
 		if s.routeExists(link) {
 			v.ReconLink = link
 		}

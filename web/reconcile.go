@@ -71,7 +71,7 @@ type BatchView struct {
 
 // SkippedItem is an item a batch left alone, with why.
 type SkippedItem struct {
-	ID  int64
+	ID  string
 	Why string
 }
 
@@ -170,24 +170,12 @@ func (s *Server) reconcileItem(w http.ResponseWriter, r *http.Request) (reconcil
 		http.Error(w, "reconciliation is not enabled on this console", http.StatusServiceUnavailable)
 		return reconcile.Item{}, false
 	}
-	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
-	if err != nil {
-		s.handleNotFound(w, r)
-		return reconcile.Item{}, false
-	}
-	tenant, err := s.deps.Reconcile.Tenant(r.Context(), id)
+	// Another tenant's item, a missing one and an id of the wrong form all answer 404 alike.
+	it, err := s.deps.Reconcile.Get(r.Context(), reconcileScope(r), chi.URLParam(r, "id"))
 	if errors.Is(err, reconcile.ErrNotFound) {
 		s.handleNotFound(w, r)
 		return reconcile.Item{}, false
 	}
-	if err != nil {
-		s.serverError(w, r, err)
-		return reconcile.Item{}, false
-	}
-	if !s.allowTenant(w, r, tenant) {
-		return reconcile.Item{}, false
-	}
-	it, err := s.deps.Reconcile.Get(r.Context(), reconcileScope(r), id)
 	if err != nil {
 		s.serverError(w, r, err)
 		return reconcile.Item{}, false
@@ -197,7 +185,7 @@ func (s *Server) reconcileItem(w http.ResponseWriter, r *http.Request) (reconcil
 
 func (s *Server) itemView(r *http.Request, it reconcile.Item) (ReconcileItemView, error) {
 	p := principal(r)
-	v := ReconcileItemView{Page: s.page("Reconciliation item "+strconv.FormatInt(it.ID, 10), "reconcile"), Item: it,
+	v := ReconcileItemView{Page: s.page("Reconciliation item "+it.ID, "reconcile"), Item: it,
 		ResolutionReasons: s.deps.Reconcile.ResolutionReasons(), CanAct: p.Can(auth.RoleSupport), Mine: it.ClaimedBy == p.Name}
 	vs, err := s.deps.Reconcile.Verifications(r.Context(), reconcileScope(r), it.OperationID)
 	if err != nil {
@@ -391,7 +379,7 @@ func queueHref(v ReconcileQueueView) string {
 	return "/reconcile?" + q.Encode()
 }
 
-func itemHref(id int64) string { return "/reconcile/" + strconv.FormatInt(id, 10) }
+func itemHref(id string) string { return "/reconcile/" + url.PathEscape(id) }
 
 func optSelected(cur, v string) bool { return strings.EqualFold(cur, v) }
 
@@ -401,7 +389,7 @@ func idStr(n int64) string { return strconv.FormatInt(n, 10) }
 
 // exportItem is one queue row in an export: the item, its operation and its claim.
 type exportItem struct {
-	ID               int64      `json:"id"`
+	ID               string     `json:"id"`
 	OperationID      string     `json:"operation_id"`
 	Tenant           string     `json:"tenant"`
 	Workflow         string     `json:"workflow"`
@@ -517,7 +505,7 @@ func (s *Server) handleExportReconcile(w http.ResponseWriter, r *http.Request) {
 		if it.BatchID != nil {
 			batch = strconv.FormatInt(*it.BatchID, 10)
 		}
-		rec := []string{strconv.FormatInt(it.ID, 10), it.OperationID, it.Tenant, it.Workflow, it.ObjectRef, it.IntendedEffect, it.Route,
+		rec := []string{it.ID, it.OperationID, it.Tenant, it.Workflow, it.ObjectRef, it.IntendedEffect, it.Route,
 			it.IdempotencyKey, it.Reason, it.ReasonText, it.Detail, it.State, strconv.Itoa(it.Attempts), it.TaskState, it.DomainOutcome,
 			it.OpenedAt.UTC().Format(time.RFC3339Nano), it.ClaimedBy, timeCell(it.ClaimExpiresAt), it.Resolution, it.ResolutionReason,
 			it.Note, it.EvidenceURL, it.ClosedBy, timeCell(it.ClosedAt), batch, timeCell(it.RetriedAt)}

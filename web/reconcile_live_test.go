@@ -30,7 +30,7 @@ func TestReconcileExportScopeAndFilters(t *testing.T) {
 	a2 := e.openItem(t, "acme", "x2", reconcile.ReasonSyncTimeout)
 	g1 := e.openItem(t, "globex", "x3", reconcile.ReasonHumanHandoff)
 	// Text from servers and verifiers is data: a formula stays text in a spreadsheet.
-	if _, err := e.pool.Exec(context.Background(), `UPDATE reconciliation_items SET detail = '=HYPERLINK("http://evil")' WHERE id = $1`, a1); err != nil {
+	if _, err := e.pool.Exec(context.Background(), `UPDATE reconciliation_items SET detail = '=HYPERLINK("http://evil")' WHERE public_id = $1`, a1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -58,11 +58,11 @@ func TestReconcileExportScopeAndFilters(t *testing.T) {
 			if r[col["tenant"]] != "acme" {
 				t.Fatalf("row of tenant %s in acme's export", r[col["tenant"]])
 			}
-			if r[col["id"]] == id(a1) && !strings.HasPrefix(r[col["detail"]], "'=") {
+			if r[col["id"]] == a1 && !strings.HasPrefix(r[col["detail"]], "'=") {
 				t.Fatalf("formula not neutralised: %q", r[col["detail"]])
 			}
 		}
-		if !ids[id(a1)] || !ids[id(a2)] || ids[id(g1)] {
+		if !ids[a1] || !ids[a2] || ids[g1] {
 			t.Fatalf("ids %v", ids)
 		}
 	})
@@ -74,7 +74,7 @@ func TestReconcileExportScopeAndFilters(t *testing.T) {
 		}
 		var out struct {
 			Items []struct {
-				ID       int64  `json:"id"`
+				ID       string `json:"id"`
 				Tenant   string `json:"tenant"`
 				Reason   string `json:"reason"`
 				Text     string `json:"reason_text"`
@@ -101,7 +101,7 @@ func TestReconcileExportScopeAndFilters(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, body := e.do(t, "support", "GET", "/reconcile/export?format=json&claimed_by=me", nil)
-		if !strings.Contains(body, `"id": `+id(a2)) || strings.Contains(body, `"id": `+id(a1)+",") || !strings.Contains(body, `"claimed_by": "support@test"`) {
+		if !strings.Contains(body, `"id": "`+a2+`"`) || strings.Contains(body, `"id": "`+a1+`"`) || !strings.Contains(body, `"claimed_by": "support@test"`) {
 			t.Fatalf("claimed-by export:\n%s", body)
 		}
 	})
@@ -169,7 +169,7 @@ func TestBrowserReconcileLive(t *testing.T) {
 	mine := e.openItem(t, "acme", "live-2", reconcile.ReasonHumanHandoff)
 
 	ctx := e.browserSignIn(t, bctx, "support", "/reconcile")
-	row := `[data-testid="item-` + id(queued) + `"]`
+	row := `[data-testid="item-` + queued + `"]`
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(row+` [data-testid=claim]`)),
 		chromedp.WaitVisible(chromedp.CSS(`body[data-live-state=stream]`))); err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestBrowserReconcileLive(t *testing.T) {
 	screenshot(t, ctx, "reconcile-live-queue")
 
 	// The item page: claim it, start typing a resolution, let a change elsewhere refresh the page.
-	if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+"/reconcile/"+id(mine)), chromedp.WaitVisible(chromedp.CSS(`[data-testid=item-actions] [data-testid=claim]`)),
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+"/reconcile/"+mine), chromedp.WaitVisible(chromedp.CSS(`[data-testid=item-actions] [data-testid=claim]`)),
 		chromedp.Click(chromedp.CSS(`[data-testid=item-actions] [data-testid=claim]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid=resolve-form]`)),
 		chromedp.WaitVisible(chromedp.CSS(`body[data-live-state=stream]`)),
 		chromedp.SendKeys(chromedp.CSS(`#res-note`), "half-written note"),
@@ -191,11 +191,11 @@ func TestBrowserReconcileLive(t *testing.T) {
 	}
 	// A late verifier answer lands, then an audited change (a claim elsewhere) tells the page.
 	var opID string
-	if err := e.pool.QueryRow(context.Background(), `SELECT operation_id FROM reconciliation_items WHERE id = $1`, mine).Scan(&opID); err != nil {
+	if err := e.pool.QueryRow(context.Background(), `SELECT operation_id FROM reconciliation_items WHERE public_id = $1`, mine).Scan(&opID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.pool.Exec(context.Background(), `INSERT INTO outcome_verifications (operation_id, item_id, tenant, source, trigger, answer, detail)
-		VALUES ($1, $2, 'acme', 'http', 'reverify', 'unknown', '<b>late answer</b>')`, opID, mine); err != nil {
+		SELECT $1, id, 'acme', 'http', 'reverify', 'unknown', '<b>late answer</b>' FROM reconciliation_items WHERE public_id = $2`, opID, mine); err != nil {
 		t.Fatal(err)
 	}
 	third := e.openItem(t, "acme", "live-3", reconcile.ReasonHumanHandoff)
@@ -230,7 +230,7 @@ func TestBrowserReconcileBulk(t *testing.T) {
 	t.Parallel()
 	bctx := browser(t)
 	e := newTestEnv(t)
-	var acme []int64
+	var acme []string
 	for i := range 3 {
 		acme = append(acme, e.openItem(t, "acme", "bulk-"+strconv.Itoa(i), reconcile.ReasonHumanHandoff))
 	}
@@ -279,8 +279,8 @@ func TestBrowserReconcileBulk(t *testing.T) {
 		t.Fatalf("batch applied %s of %s, skipped %s", a, m, s)
 	}
 	for _, it := range acme {
-		if got := text(t, ctx, `[data-testid="item-`+id(it)+`"] [data-testid=claimed-by]`); got != "support@test" {
-			t.Fatalf("item %d claimed by %q after the batch", it, got)
+		if got := text(t, ctx, `[data-testid="item-`+it+`"] [data-testid=claimed-by]`); got != "support@test" {
+			t.Fatalf("item %s claimed by %q after the batch", it, got)
 		}
 	}
 	if n := claims(); n != 3 {

@@ -17,10 +17,10 @@ import (
 
 // openItem writes an operation of tenant whose outcome is unknown and opens its item through
 // reconcile.OpenTx, as the ledger does.
-func (e *testEnv) openItem(t testing.TB, tenant, key string, reason reconcile.Reason) int64 {
+func (e *testEnv) openItem(t testing.TB, tenant, key string, reason reconcile.Reason) string {
 	t.Helper()
 	ctx := context.Background()
-	var id int64
+	var id string
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var op string
 		if err := tx.QueryRow(ctx, `INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, object_ref, route,
@@ -31,7 +31,7 @@ func (e *testEnv) openItem(t testing.TB, tenant, key string, reason reconcile.Re
 		if _, err := reconcile.OpenTx(ctx, tx, op, reason, "test"); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `SELECT id FROM reconciliation_items WHERE operation_id = $1`, op).Scan(&id)
+		return tx.QueryRow(ctx, `SELECT public_id::text FROM reconciliation_items WHERE operation_id = $1`, op).Scan(&id)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -44,12 +44,12 @@ func TestReconcilePagesTenantScopeAndAudit(t *testing.T) {
 	e := newTestEnv(t)
 	acmeItem := e.openItem(t, "acme", "k1", reconcile.ReasonHumanHandoff)
 	globexItem := e.openItem(t, "globex", "k2", reconcile.ReasonSyncTimeout)
-	path := func(id int64) string { return "/reconcile/" + strconv.FormatInt(id, 10) }
+	path := func(id string) string { return "/reconcile/" + id }
 
 	// The queue in scope only.
 	res, body := e.do(t, "acme-viewer", "GET", "/reconcile?state=all", nil)
-	if res.StatusCode != http.StatusOK || !strings.Contains(body, `data-testid="item-`+strconv.FormatInt(acmeItem, 10)+`"`) ||
-		strings.Contains(body, `data-testid="item-`+strconv.FormatInt(globexItem, 10)+`"`) {
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `data-testid="item-`+acmeItem+`"`) ||
+		strings.Contains(body, `data-testid="item-`+globexItem+`"`) {
 		t.Fatalf("acme viewer's queue: %d\n%.500s", res.StatusCode, body)
 	}
 	// Another tenant's item does not exist for a scoped reader, and its actions are refused.
@@ -58,6 +58,22 @@ func TestReconcilePagesTenantScopeAndAudit(t *testing.T) {
 	}
 	if res, _ := e.do(t, "acme-admin", "POST", path(globexItem)+"/claim", nil); res.StatusCode != http.StatusNotFound {
 		t.Fatalf("cross-tenant claim: %d", res.StatusCode)
+	}
+	// A missing item and the internal key of a real one (an old numeric link) answer the same
+	// 404 page as another tenant's item, so a scoped reader learns nothing by trying ids.
+	var seq int64
+	if err := e.pool.QueryRow(context.Background(), `SELECT id FROM reconciliation_items WHERE public_id = $1`, acmeItem).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	_, foreignBody := e.do(t, "acme-viewer", "GET", path(globexItem), nil)
+	for _, p := range []string{path("0b8f6a53-7f0e-4d6a-9c1e-2f4b5d6e7a8b"), "/reconcile/" + strconv.FormatInt(seq, 10), path("x%27%3Cb%3E")} {
+		res, body := e.do(t, "acme-viewer", "GET", p, nil)
+		if res.StatusCode != http.StatusNotFound || body != foreignBody {
+			t.Fatalf("GET %s: %d, and its page differs from another tenant's item's", p, res.StatusCode)
+		}
+		if res, _ := e.do(t, "acme-admin", "POST", p+"/claim", nil); res.StatusCode != http.StatusNotFound {
+			t.Fatalf("POST %s/claim: %d", p, res.StatusCode)
+		}
 	}
 	// A viewer reads but may not act.
 	if res, body := e.do(t, "viewer", "GET", path(acmeItem), nil); res.StatusCode != http.StatusOK || strings.Contains(body, `data-testid="claim"`) {
@@ -120,7 +136,7 @@ func TestBrowserReconcileClaimResolve(t *testing.T) {
 	bctx := browser(t)
 	e := newTestEnv(t)
 	id := e.openItem(t, "acme", "kb", reconcile.ReasonCreateUnacknowledged)
-	itemURL := e.URL + "/reconcile/" + strconv.FormatInt(id, 10)
+	itemURL := e.URL + "/reconcile/" + id
 	signIn := func(t *testing.T, ctx context.Context, who string) {
 		u := e.users[who]
 		if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+"/reconcile"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=signin-form]`)),
