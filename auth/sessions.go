@@ -2,7 +2,9 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,7 +20,8 @@ type Session struct {
 	// Token is the cookie value. It is only known when the session is created; the database
 	// holds its SHA-256.
 	Token string
-	// CSRF is the session's anti-forgery token, sent back in every form.
+	// CSRF is the session's anti-forgery token, sent back in every form: derived from Token,
+	// never stored.
 	CSRF string
 	// Account is who is signed in.
 	Account Account
@@ -52,6 +55,15 @@ func (e *ThrottledError) Error() string {
 
 // Is makes errors.Is(err, ErrThrottled) hold.
 func (e *ThrottledError) Is(target error) bool { return target == ErrThrottled }
+
+// csrfToken derives a session's anti-forgery token from its cookie value (HMAC-SHA256 keyed
+// by the cookie), so nothing stored in the database forges a form: the sessions table keeps
+// only the cookie's hash.
+func csrfToken(cookie string) string {
+	m := hmac.New(sha256.New, []byte(cookie))
+	m.Write([]byte("taskgate csrf v1"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
 
 func hashToken(t string) []byte {
 	h := sha256.Sum256([]byte(t))
@@ -215,15 +227,16 @@ func (s *Store) CreateSession(ctx context.Context, id int64, action, requestID s
 
 func (s *Store) createSession(ctx context.Context, id int64, action, requestID string, changeRequired bool) (Session, error) {
 	now := s.opt.Now()
-	sess := Session{Token: randomToken(32), CSRF: randomToken(32), ExpiresAt: now.Add(s.opt.SessionTTL), PasswordChangeRequired: changeRequired}
+	sess := Session{Token: randomToken(32), ExpiresAt: now.Add(s.opt.SessionTTL), PasswordChangeRequired: changeRequired}
+	sess.CSRF = csrfToken(sess.Token)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		a, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountCols+` FROM accounts WHERE id = $1 AND disabled_at IS NULL`, id))
 		if err != nil {
 			return fmt.Errorf("open session for account %d: %w", id, err)
 		}
 		sess.Account = a
-		if _, err := tx.Exec(ctx, `INSERT INTO sessions (id_hash, account_id, csrf_token, created_at, last_seen_at, expires_at, password_change_required)
-			VALUES ($1, $2, $3, $4, $4, $5, $6)`, hashToken(sess.Token), id, sess.CSRF, now, sess.ExpiresAt, changeRequired); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO sessions (id_hash, account_id, created_at, last_seen_at, expires_at, password_change_required)
+			VALUES ($1, $2, $3, $3, $4, $5)`, hashToken(sess.Token), id, now, sess.ExpiresAt, changeRequired); err != nil {
 			return fmt.Errorf("open session for account %d: %w", id, err)
 		}
 		return audit.Record(ctx, tx, audit.Entry{
@@ -249,11 +262,11 @@ func (s *Store) Session(ctx context.Context, token string) (Session, error) {
 	var role string
 	a := &sess.Account
 	err := s.pool.QueryRow(ctx, `
-		SELECT s.csrf_token, s.expires_at, s.last_seen_at, s.password_change_required,
+		SELECT s.expires_at, s.last_seen_at, s.password_change_required,
 		       a.id, a.email, a.role, a.all_tenants, a.tenants, a.created_at, a.password_hash IS NOT NULL, a.must_change_password
 		FROM sessions s JOIN accounts a ON a.id = s.account_id
 		WHERE s.id_hash = $1 AND a.disabled_at IS NULL`, hashToken(token)).Scan(
-		&sess.CSRF, &sess.ExpiresAt, &lastSeen, &sess.PasswordChangeRequired, &a.ID, &a.Email, &role, &a.Scope.All, &a.Scope.Tenants,
+		&sess.ExpiresAt, &lastSeen, &sess.PasswordChangeRequired, &a.ID, &a.Email, &role, &a.Scope.All, &a.Scope.Tenants,
 		&a.CreatedAt, &a.HasPassword, &a.MustChangePassword)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Session{}, ErrNoSession
@@ -274,7 +287,7 @@ func (s *Store) Session(ctx context.Context, token string) (Session, error) {
 			return Session{}, fmt.Errorf("touch session: %w", err)
 		}
 	}
-	sess.Token = token
+	sess.Token, sess.CSRF = token, csrfToken(token)
 	return sess, nil
 }
 

@@ -1,3 +1,8 @@
+-- Sessions opened after the change have no stored token: they end, and people sign in again.
+DELETE FROM sessions;
+ALTER TABLE sessions ADD COLUMN csrf_token text NOT NULL DEFAULT '';
+ALTER TABLE sessions ALTER COLUMN csrf_token DROP DEFAULT;
+
 DROP TABLE answer_echoes;
 DROP TABLE install_keys;
 

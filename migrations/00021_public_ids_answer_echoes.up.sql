@@ -36,3 +36,7 @@ CREATE TABLE answer_echoes (
     created_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (operation_id, kind, mac)
 );
+
+-- The anti-forgery token is derived from the session cookie (a keyed hash of it), so the
+-- database holds nothing that forges a form.
+ALTER TABLE sessions DROP COLUMN csrf_token;
