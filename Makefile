@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 TESTFLAGS ?= -count=1 -timeout 25m
 
-.PHONY: help run test generate verify lint bench fuzz
+.PHONY: help run test generate verify lint bench fuzz soak
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -43,3 +43,6 @@ fuzz: ## run every fuzz target for FUZZTIME (default 60s) each
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-60s} $$pkg || exit 1; \
 	  done; \
 	done
+
+soak: ## crash soak: three replicas killed at random, the receiver restarted, PostgreSQL stopped; checks and a summary line (SOAK=1m; default 10m)
+	$(GO) run ./cmd/soak -duration $(or $(SOAK),10m)
