@@ -101,9 +101,9 @@ type traffic struct {
 	outage   atomic.Bool
 	// quietFrom and quietTo bound the time around the outage when no replica is killed.
 	quietFrom, quietTo time.Time
-	seq      atomic.Int64
-	rngMu    sync.Mutex
-	rng      *rand.Rand
+	seq                atomic.Int64
+	rngMu              sync.Mutex
+	rng                *rand.Rand
 }
 
 func (t *traffic) intn(n int) int {
