@@ -154,11 +154,14 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		}
 		return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, ErrNoPendingInput)
 	}
+	given := resp.Content // what the person typed; defaults the schema filled are the server's own
 	for _, p := range inputs {
-		if p.Key == key && p.Mode != string(mcpclient.InputURL) {
-			if err := checkAnswer(p.Fields, resp); err != nil {
+		if p.Key == key && p.Mode != string(mcpclient.InputURL) && p.Method == "elicitation/create" {
+			content, err := checkAnswer(p.Fields, resp)
+			if err != nil {
 				return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, err)
 			}
+			resp.Content = content
 		}
 	}
 	conn, err := s.cfg.Servers.TaskConn(ctx, op.Task.Server, op.Task)
@@ -181,7 +184,7 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		}
 		return Detail{}, fmt.Errorf("answer %s input %q: %w", id, key, &UpstreamError{Err: err})
 	}
-	s.cfg.Store.answers.remember(id, resp.Content, s.cfg.Now())
+	s.cfg.Store.answers.remember(id, given, s.cfg.Now())
 	if err := s.cfg.Store.MarkInputAnswered(actx, id, key, by, string(resp.Action),
 		rec.step(StepInput, op, map[string]any{"key": key, "action": string(resp.Action), "reply": "accepted by the server", "values": "redacted"})); err != nil {
 		return Detail{}, err
@@ -236,14 +239,26 @@ func redactAnswer(err error, content map[string]any) error {
 	return &redactedError{err: err, msg: out}
 }
 
-// InputsFrom converts input requests to pending inputs: field names and types, never values.
+// InputsFrom converts input requests to pending inputs: the question's words and the fields
+// its requested schema describes (a bounded copy of the schema kept), never values.
 func InputsFrom(reqs []mcpclient.InputRequest, expires *time.Time) []PendingInput {
 	out := make([]PendingInput, 0, len(reqs))
 	for _, r := range reqs {
-		p := PendingInput{Key: r.Key, Method: r.Method, Mode: string(r.Mode), Message: sanitize(r.Message, PreviewMax),
+		p := PendingInput{Key: r.Key, Method: r.Method, Mode: string(r.Mode), Message: sanitize(r.Message, MaxInputMessage),
 			Fields: []Field{}, RedactionClass: "confidential", ExpiresAt: expires}
+		parsed := false
+		if len(r.RawSchema) > 0 && len(r.RawSchema) <= MaxSchemaBytes {
+			p.RequestedSchema = compactJSON(r.RawSchema)
+			if title, desc, fields, err := parseRequestedSchema(r.RawSchema); err == nil {
+				p.Title, p.Description, p.Fields, parsed = title, desc, fields, true
+			} else {
+				p.Description = sanitize("The server's requested schema could not be used: "+err.Error(), maxDescription)
+			}
+		}
 		for _, f := range r.RequestedSchema {
-			p.Fields = append(p.Fields, Field{Name: f.Name, Type: f.Type, Required: f.Required})
+			if !parsed {
+				p.Fields = append(p.Fields, Field{Name: f.Name, Type: f.Type, Required: f.Required})
+			}
 		}
 		if r.Mode == mcpclient.InputURL {
 			p.RedactionClass = "none"

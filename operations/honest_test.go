@@ -106,7 +106,8 @@ func TestFastOversizedSyncAnswerIsNotCalledUnanswered(t *testing.T) {
 func TestEchoedAnswerIsRedactedFromTheResult(t *testing.T) {
 	t.Parallel()
 	b, p := behindProxy(t)
-	res := b.Start(t, "refundkept", "echo-1", `{"outcome": "input", "input_message": "Card?"}`)
+	res := b.Start(t, "refundkept", "echo-1", `{"outcome": "input", "input_message": "Card?",
+		"input_schema": {"type": "object", "properties": {"approve": {"type": "boolean"}, "card": {"type": "number"}, "code": {"type": "string"}}}}`)
 	id := res.Response.OperationID
 	_, passes := b.Watcher(t, "r1", nil)
 	opstest.WaitFor(t, passes, 10*time.Second, "pending input", func() bool { return len(b.Detail(t, id).Inputs) == 1 })

@@ -138,8 +138,8 @@ func (s *Store) OpenQuestions(ctx context.Context, scope Scope, limit int) (Ques
 
 func (s *Store) questions(ctx context.Context, where, order string, limit int, args []any) ([]Question, error) {
 	q := `SELECT pi.operation_id, pi.input_key, pi.method, pi.mode, pi.message, pi.fields, pi.redaction_class, pi.state,
-		pi.requested_at, pi.expires_at, pi.answered_at, coalesce(pi.answered_by, ''), coalesce(pi.answer_action, '')
-		FROM pending_inputs pi JOIN operations o ON o.id = pi.operation_id WHERE ` + where + ` ORDER BY ` + order + fmt.Sprintf(" LIMIT %d", limit)
+		pi.requested_at, pi.expires_at, pi.answered_at, coalesce(pi.answered_by, ''), coalesce(pi.answer_action, ''),
+		pi.title, pi.description FROM pending_inputs pi JOIN operations o ON o.id = pi.operation_id WHERE ` + where + ` ORDER BY ` + order + fmt.Sprintf(" LIMIT %d", limit)
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("questions: %w", err)
@@ -150,7 +150,7 @@ func (s *Store) questions(ctx context.Context, where, order string, limit int, a
 		var id string
 		var fields []byte
 		if err := r.Scan(&id, &qu.Key, &qu.Method, &qu.Mode, &qu.Message, &fields, &qu.RedactionClass, &qu.State,
-			&qu.RequestedAt, &qu.ExpiresAt, &qu.AnsweredAt, &qu.AnsweredBy, &qu.Action); err != nil {
+			&qu.RequestedAt, &qu.ExpiresAt, &qu.AnsweredAt, &qu.AnsweredBy, &qu.Action, &qu.Title, &qu.Description); err != nil {
 			return qu, err
 		}
 		ids = append(ids, id)

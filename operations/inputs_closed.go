@@ -64,3 +64,22 @@ func closeOpenInputs(ctx context.Context, tx pgx.Tx, opID string, state TaskStat
 	}
 	return nil
 }
+
+// moveOnInputs closes the open inputs of a task that left input_required without our answer
+// (it went on working, or ended), with the state it moved to on the timeline.
+func moveOnInputs(ctx context.Context, tx pgx.Tx, opID string, state TaskState) error {
+	rows, err := tx.Query(ctx, `UPDATE pending_inputs SET state = 'moved_on' WHERE operation_id = $1 AND state = 'open' RETURNING input_key`, opID)
+	if err != nil {
+		return fmt.Errorf("close inputs of %s: %w", opID, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("close inputs of %s: %w", opID, err)
+	}
+	for _, k := range keys {
+		if err := addTimeline(ctx, tx, opID, SourceWatcher, "input_closed", "input "+k+" closed unanswered: the task moved on to "+string(state)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

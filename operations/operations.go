@@ -304,27 +304,51 @@ type Violation struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// Field is one field of a pending input: its name and type, never a value.
+// Field is one field of a pending input as the server's requested schema describes it (its
+// name, type, words, rules, choices and default), never a value a person gave.
 type Field struct {
-	Name     string `json:"name"`
-	Type     string `json:"type,omitempty"`
-	Required bool   `json:"required,omitempty"`
+	Name        string `json:"name"`
+	Type        string `json:"type,omitempty"`
+	Required    bool   `json:"required,omitempty"`
+	Title       string `json:"title,omitempty"`
+	Description string `json:"description,omitempty"`
+	// Format is email, uri, date or date-time for strings.
+	Format    string   `json:"format,omitempty"`
+	MinLength *int     `json:"min_length,omitempty"`
+	MaxLength *int     `json:"max_length,omitempty"`
+	Minimum   *float64 `json:"minimum,omitempty"`
+	Maximum   *float64 `json:"maximum,omitempty"`
+	// Choices are the allowed values (enum, oneOf or the items of a multi-select).
+	Choices []Choice `json:"choices,omitempty"`
+	// Multiple says the answer is a list of choices (a multi-select array).
+	Multiple bool `json:"multiple,omitempty"`
+	MinItems *int `json:"min_items,omitempty"`
+	MaxItems *int `json:"max_items,omitempty"`
+	// Default is the schema's default value, filled when an answer omits the field.
+	Default json.RawMessage `json:"default,omitempty"`
+	// Unchecked says which parts of the server's schema for this field could not be used.
+	Unchecked string `json:"unchecked,omitempty"`
 }
 
 // PendingInput is a question a server asked for a task.
 type PendingInput struct {
-	Key            string     `json:"key"`
-	Method         string     `json:"method"`
-	Mode           string     `json:"mode,omitempty"`
-	Message        string     `json:"message,omitempty"`
-	Fields         []Field    `json:"fields"`
-	RedactionClass string     `json:"redaction_class"`
-	State          string     `json:"state"`
-	RequestedAt    time.Time  `json:"requested_at"`
-	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
-	AnsweredAt     *time.Time `json:"answered_at,omitempty"`
-	AnsweredBy     string     `json:"answered_by,omitempty"`
-	Action         string     `json:"action,omitempty"`
+	Key     string `json:"key"`
+	Method  string `json:"method"`
+	Mode    string `json:"mode,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Title and Description are the requested schema's own words, if it has them.
+	Title       string  `json:"title,omitempty"`
+	Description string  `json:"description,omitempty"`
+	Fields      []Field `json:"fields"`
+	// RequestedSchema is the schema as the server sent it (at most MaxSchemaBytes).
+	RequestedSchema json.RawMessage `json:"requested_schema,omitempty"`
+	RedactionClass  string          `json:"redaction_class"`
+	State           string          `json:"state"`
+	RequestedAt     time.Time       `json:"requested_at"`
+	ExpiresAt       *time.Time      `json:"expires_at,omitempty"`
+	AnsweredAt      *time.Time      `json:"answered_at,omitempty"`
+	AnsweredBy      string          `json:"answered_by,omitempty"`
+	Action          string          `json:"action,omitempty"`
 }
 
 // Envelope is the bounded record of a task's (or a sync call's) result.

@@ -349,16 +349,21 @@ func (s *Store) Detail(ctx context.Context, id string) (Detail, error) {
 // Inputs returns the input requests of an operation, oldest first.
 func (s *Store) Inputs(ctx context.Context, id string) ([]PendingInput, error) {
 	rows, err := s.pool.Query(ctx, `SELECT input_key, method, mode, message, fields, redaction_class, state, requested_at,
-		expires_at, answered_at, coalesce(answered_by, ''), coalesce(answer_action, '') FROM pending_inputs WHERE operation_id = $1 ORDER BY id`, id)
+		expires_at, answered_at, coalesce(answered_by, ''), coalesce(answer_action, ''), title, description, requested_schema
+		FROM pending_inputs WHERE operation_id = $1 ORDER BY id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("inputs of %s: %w", id, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingInput, error) {
 		var p PendingInput
 		var fields []byte
+		var schema []byte
 		if err := r.Scan(&p.Key, &p.Method, &p.Mode, &p.Message, &fields, &p.RedactionClass, &p.State, &p.RequestedAt,
-			&p.ExpiresAt, &p.AnsweredAt, &p.AnsweredBy, &p.Action); err != nil {
+			&p.ExpiresAt, &p.AnsweredAt, &p.AnsweredBy, &p.Action, &p.Title, &p.Description, &schema); err != nil {
 			return p, err
+		}
+		if len(schema) > 0 {
+			p.RequestedSchema = schema
 		}
 		p.Fields = []Field{}
 		return p, json.Unmarshal(fields, &p.Fields)
@@ -688,8 +693,8 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 			return fmt.Errorf("observe %s: %w", opID, err)
 		}
 		if stateChanged && from == StateInputRequired {
-			if _, err := tx.Exec(ctx, `UPDATE pending_inputs SET state = 'moved_on' WHERE operation_id = $1 AND state = 'open'`, opID); err != nil {
-				return fmt.Errorf("close inputs of %s: %w", opID, err)
+			if err := moveOnInputs(ctx, tx, opID, obs.State); err != nil {
+				return err
 			}
 		}
 		if stateChanged || msgChanged {
@@ -951,9 +956,17 @@ func (s *Store) UpsertInputs(ctx context.Context, opID string, in []PendingInput
 			p.Key, _ = safetext.Clean(p.Key)
 			p.Message, _ = safetext.Clean(p.Message)
 			p.Mode, _ = safetext.Clean(p.Mode)
-			tag, err := tx.Exec(ctx, `INSERT INTO pending_inputs (operation_id, input_key, method, mode, message, fields, redaction_class, expires_at)
-				VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (operation_id, input_key) DO NOTHING`,
-				opID, p.Key, p.Method, p.Mode, p.Message, fields, p.RedactionClass, p.ExpiresAt)
+			p.Title, _ = safetext.Clean(p.Title)
+			p.Description, _ = safetext.Clean(p.Description)
+			var schema any // SQL NULL when the question has no schema, or one too large to keep
+			if len(p.RequestedSchema) > 0 && len(p.RequestedSchema) <= MaxSchemaBytes && json.Valid(p.RequestedSchema) {
+				clean, _ := safetext.CleanJSON(p.RequestedSchema)
+				schema = string(clean)
+			}
+			tag, err := tx.Exec(ctx, `INSERT INTO pending_inputs (operation_id, input_key, method, mode, message, fields, redaction_class, expires_at,
+				title, description, requested_schema)
+				VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11::jsonb) ON CONFLICT (operation_id, input_key) DO NOTHING`,
+				opID, p.Key, p.Method, p.Mode, p.Message, fields, p.RedactionClass, p.ExpiresAt, p.Title, p.Description, schema)
 			if err != nil {
 				return fmt.Errorf("store input %q of %s: %w", p.Key, opID, err)
 			}

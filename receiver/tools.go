@@ -213,6 +213,7 @@ func scriptedSchema() obj {
 		"outcome":         obj{"type": "string", "enum": []string{OutcomeComplete, OutcomeToolError, OutcomeRPCError, OutcomeInput, OutcomeHang}, "description": "How the call ends (default complete)."},
 		"input_mode":      obj{"type": "string", "enum": []string{"form", "url"}, "description": "Elicitation mode for outcome input (default form)."},
 		"input_message":   obj{"type": "string", "description": "Message of the elicitation."},
+		"input_schema":    obj{"type": "object", "description": "requestedSchema of a form elicitation for outcome input; the result then quotes the answer (default: a required boolean approve)."},
 		"text":            obj{"type": "string", "description": "Text of the result."},
 		"error_code":      obj{"type": "integer", "description": "JSON-RPC code for outcome rpc_error (default -32603)."},
 		"idempotency_key": obj{"type": "string", "description": "Applies the effect once per key in the system of record (default: the operation id in _meta)."},
@@ -355,6 +356,10 @@ func runScripted(ctx context.Context, r *Receiver, c *toolCall, ask asker) (obj,
 	case OutcomeInput:
 		msg := str2(c.args, "input_message", "Approve "+c.tool.name+"?")
 		req := formElicit("approval", msg, obj{"approve": obj{"type": "boolean", "title": "Approve"}}, "approve")
+		schema, custom := c.args["input_schema"].(obj)
+		if custom {
+			req.Params["requestedSchema"] = schema
+		}
 		if str2(c.args, "input_mode", "form") == "url" {
 			req = urlElicit("approval", msg)
 		}
@@ -363,6 +368,9 @@ func runScripted(ctx context.Context, r *Receiver, c *toolCall, ask asker) (obj,
 			return nil, askErr(ctx, err)
 		}
 		a := decodeAnswer(ans["approval"])
+		if custom {
+			return textResult("Answered: "+elicitSummary(ans["approval"]), false), nil
+		}
 		if a.Action != "accept" || (req.Params["mode"] == "form" && a.Content["approve"] != true) {
 			return textResult("Not approved: "+a.Action, true), nil
 		}

@@ -359,10 +359,22 @@ func (s *Server) handleAnswerInputForm(w http.ResponseWriter, r *http.Request) {
 func inputContent(in operations.PendingInput, r *http.Request) (map[string]any, string) {
 	out := map[string]any{}
 	for _, f := range in.Fields {
+		if f.Multiple {
+			var picked []string
+			for _, v := range r.PostForm["field."+f.Name] {
+				if v = strings.TrimSpace(v); v != "" {
+					picked = append(picked, v)
+				}
+			}
+			if len(picked) > 0 || f.Required && len(f.Default) == 0 {
+				out[f.Name] = append([]string{}, picked...)
+			}
+			continue
+		}
 		raw := strings.TrimSpace(r.PostFormValue("field." + f.Name))
 		if raw == "" {
 			// Nothing is chosen for the person, a yes/no included: an empty answer is no answer.
-			if f.Required {
+			if f.Required && len(f.Default) == 0 {
 				return nil, "The server requires " + f.Name + "."
 			}
 			continue
@@ -414,6 +426,9 @@ func (s *Server) actionFailed(w http.ResponseWriter, r *http.Request, id string,
 			status, msg = m.status, m.msg
 			break
 		}
+	}
+	if ae := (*operations.AnswerError)(nil); errors.As(err, &ae) {
+		msg = "The answer does not fit what the server asked for: " + ae.Error() + ". Nothing was sent."
 	}
 	if status == 0 {
 		s.deps.Logger.ErrorContext(r.Context(), "operation action failed", "err", err, "operation", id, "request_id", requestID(r.Context()))
