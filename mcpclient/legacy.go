@@ -468,6 +468,9 @@ func (c *legacyConn) awaitOutcome(ctx context.Context, taskID string, tolerate b
 	if rpc != nil {
 		out.Error = rpc
 	} else {
+		if rerr := checkRelatedResult(taskID, raw); rerr != nil {
+			return Outcome{}, fmt.Errorf("task %s result: %w", taskID, rerr)
+		}
 		res, derr := decodeToolResult(raw, c.opts.Limits)
 		if derr != nil {
 			return Outcome{}, fmt.Errorf("task %s result: %w", taskID, derr)
@@ -676,6 +679,10 @@ func (c *legacyConn) serve(ctx context.Context, method string, params json.RawMe
 		TaskID string `json:"taskId"`
 	}
 	_ = json.Unmarshal(meta.Meta[metaRelatedTask], &related)
+	if related.TaskID != "" && !c.tracker.awaitKnown(ctx, related.TaskID) {
+		c.opts.Logger.Warn("mcpclient: elicitation refused", "server", c.opts.serverKey(), "err", &RelatedTaskError{Named: truncate(related.TaskID, 80)})
+		return nil, &RPCError{Code: CodeInvalidParams, Message: "the elicitation names a task this client does not know"}
+	}
 	key := fmt.Sprintf("elicit-%d", c.ids.Add(1))
 	req, err := decodeInputParams(related.TaskID, key, method, params, c.opts.Limits)
 	if err != nil {
