@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/taskgate/taskgate/gates"
+	"github.com/taskgate/taskgate/gates/faultproxy"
 	"github.com/taskgate/taskgate/receiver"
 )
 
@@ -67,4 +68,30 @@ func hasNotePrefix(c gates.Case, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// TestAnAnswerAcceptedAndDroppedIsADeviation: between the gate and an extension server a proxy
+// acknowledges every tasks/update without passing it on, as a server that accepts and
+// silently drops an answer would; the input case fails and the fingerprint says so.
+func TestAnAnswerAcceptedAndDroppedIsADeviation(t *testing.T) {
+	t.Parallel()
+	rcv, url := startReceiver(t, receiver.ErasExtension)
+	front, err := faultproxy.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	furl, err := front.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = front.Close() })
+	front.Add(faultproxy.Rule{Action: faultproxy.Swallow, Method: "tasks/update", Times: -1})
+	tg := referenceTarget(rcv, furl)
+	run := (&gates.Runner{Build: "test", CaseTimeout: 20 * time.Second}).Run(context.Background(), tg, []gates.Suite{gates.SuiteContract})
+	t.Log("\n" + summary(run))
+	wantDeviation(t, run, gates.DevUpdateDropsAnswer, "accepted and dropped")
+	wantCase(t, run, "input", gates.Fail, "still asks for input")
+	if front.Count("request", "tasks/update") == 0 {
+		t.Fatal("no answer was sent: the test proves nothing")
+	}
 }

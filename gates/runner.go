@@ -96,6 +96,22 @@ type session struct {
 	// texts are the status messages and result texts the server sent (bounded), for the
 	// secret-leak check.
 	texts []string
+	// listed are task ids our own tasks/list showed (bounded); listCursor is the first
+	// nextCursor it gave, for the cursor replay by another identity.
+	listed     map[string]bool
+	listCursor string
+}
+
+// remember notes a task id our own listing showed.
+func (s *session) remember(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listed == nil {
+		s.listed = map[string]bool{}
+	}
+	if len(s.listed) < 2000 {
+		s.listed[id] = true
+	}
 }
 
 func (s *session) saw(text string) {

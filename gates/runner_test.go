@@ -134,6 +134,7 @@ func TestServerEverythingReportsItsDeviations(t *testing.T) {
 	// server-everything 2026.8.31 answers an unknown session 400 and replaces a requested ttl.
 	wantDeviation(t, run, gates.DevUnknownSession, "400")
 	wantDeviation(t, run, gates.DevRequestedTTL, "replaced by a longer ttl")
+	wantCase(t, run, "invalid-task-id", gates.Fail, "-32603")
 	if run.Verdict != gates.Fail {
 		t.Fatalf("verdict %s: the unknown-session answer breaks a rule and must fail the run", run.Verdict)
 	}
@@ -150,7 +151,7 @@ func TestMCPGoReportsItsDeviations(t *testing.T) {
 	t.Parallel()
 	url := mcptest.StartMCPGo(t, true)
 	run := (&gates.Runner{Build: "test", CaseTimeout: 10 * time.Second}).Run(context.Background(),
-		gates.Target{Name: "mcpgo", URL: url, GateTarget: true}, nil)
+		gates.Target{Name: "mcpgo", URL: url, GateTarget: true, Slow: &gates.ToolCase{Tool: "slow", Arguments: map[string]any{"duration_ms": 3000}}}, nil)
 	t.Log("\n" + summary(run))
 	for _, n := range run.Deviations.Names() {
 		t.Logf("deviation %s: %+v", n, run.Deviations[n])
@@ -162,6 +163,27 @@ func TestMCPGoReportsItsDeviations(t *testing.T) {
 	wantDeviation(t, run, gates.DevPollInterval, "absent")
 	wantDeviation(t, run, gates.DevSessionBound, "bound to the session")
 	wantDeviation(t, run, gates.DevUnknownSession, "404")
+	// Its task tools run under the creating request's context (cancelled once the
+	// CreateTaskResult is sent), and a numeric task id is answered -32600, not -32602.
+	wantDeviation(t, run, gates.DevCancelOnRequestEnd, "cancelled without a cancel request")
+	wantCase(t, run, "outlives-request", gates.Fail, "cancelled without a cancel request")
+	wantCase(t, run, "invalid-task-id", gates.Fail, "-32600")
+	if run.Verdict != gates.Fail {
+		t.Fatalf("verdict %s: tasks cancelled with their creating request must fail the run", run.Verdict)
+	}
+}
+
+func wantCase(t *testing.T, run *gates.Run, name string, v gates.Verdict, reason string) {
+	t.Helper()
+	for _, c := range run.Cases {
+		if c.Name == name {
+			if c.Verdict != v || !strings.Contains(c.Reason, reason) {
+				t.Errorf("case %s: %s — %s; want %s naming %q", name, c.Verdict, c.Reason, v, reason)
+			}
+			return
+		}
+	}
+	t.Errorf("no case %s", name)
 }
 
 func TestTypeScriptSDKTaskServerReportsItsDeviations(t *testing.T) {

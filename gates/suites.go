@@ -85,6 +85,8 @@ func (s *session) contract(ctx context.Context) {
 		s.createGetResult(ctx, c)
 	}
 
+	s.outlivesRequest(ctx)
+
 	// list
 	c = s.begin(SuiteContract, "list")
 	switch {
@@ -146,6 +148,8 @@ func (s *session) contract(ctx context.Context) {
 	default:
 		s.end(c, Fail, "tasks/get of an unknown id: "+err.Error()+" (want -32602)")
 	}
+
+	s.errorCodes(ctx)
 
 	// unknown session (2025-11-25 Streamable HTTP)
 	c = s.begin(SuiteContract, "unknown-session")
@@ -221,10 +225,17 @@ func (s *session) findInList(ctx context.Context, conn mcpclient.Conn, id string
 		if err != nil {
 			return false, pages, err
 		}
+		own := conn == s.conn
 		for _, t := range page.Tasks {
+			if own {
+				s.remember(t.ID)
+			}
 			if t.ID == id {
 				return true, pages, nil
 			}
+		}
+		if own && s.listCursor == "" {
+			s.listCursor = page.NextCursor
 		}
 		if page.NextCursor == "" {
 			return false, pages, nil
@@ -430,7 +441,15 @@ func (s *session) inputCase(ctx context.Context, c *caseRec, arm func()) {
 		s.end(c, Fail, "answer: "+err.Error())
 		return
 	}
-	f, err := s.follow(cctx, s.conn, task.ID, nil)
+	answered := time.Now()
+	var stop func(mcpclient.Snapshot) bool
+	if !s.legacy() {
+		// An accepted tasks/update whose answer the task never sees leaves it asking.
+		stop = func(sn mcpclient.Snapshot) bool {
+			return time.Since(answered) >= dropWait && answerDropped(sn, req.Key)
+		}
+	}
+	f, err := s.follow(cctx, s.conn, task.ID, stop)
 	c.time("to_terminal", time.Since(t0))
 	c.note("statuses after the answer %s", statusList(f.statuses))
 	if err != nil {
@@ -438,6 +457,12 @@ func (s *session) inputCase(ctx context.Context, c *caseRec, arm func()) {
 		return
 	}
 	if !s.legacy() {
+		if answerDropped(f.last, req.Key) {
+			s.run.Deviations.set(DevUpdateDropsAnswer, "accepted and dropped", "neither", true)
+			_, _ = s.conn.CancelTask(cctx, task.ID)
+			s.end(c, Fail, "tasks/update accepted the answer, but the task still asks for input "+dropWait.String()+" later")
+			return
+		}
 		s.run.Deviations.set(DevUpdateDropsAnswer, "answer applied", eraExtension, false)
 	}
 	if f.last.Task.Status != mcpclient.StatusCompleted {
@@ -628,7 +653,8 @@ func (s *session) security(ctx context.Context) {
 	}
 	s.hostileText(cctx)
 	s.scopeLost(cctx)
-	names := []string{"cross-identity-get", "cross-identity-cancel", "cross-identity-result", "cross-identity-list"}
+	s.tamperedRelated(ctx)
+	names := []string{"cross-identity-get", "cross-identity-cancel", "cross-identity-result", "cross-identity-list", "cross-identity-list-cursor"}
 	if s.t.SecondToken == "" {
 		for _, n := range names {
 			s.end(s.begin(SuiteSecurity, n), Inconclusive, "the gate target has no second identity")
@@ -681,11 +707,23 @@ func (s *session) security(ctx context.Context) {
 		return err != nil && !errors.Is(err, context.DeadlineExceeded)
 	}, "another identity cannot get the result", "another identity was given the result (or was kept waiting on it)")
 	if s.legacy() && s.info.Capabilities.TasksList {
-		hard("cross-identity-list", func() bool { found, _, _ := s.findInList(cctx, other, task.ID); return !found },
-			"another identity does not see the task listed", "tasks/list shows the task to another identity: tasks are not bound to an identity")
+		c := s.begin(SuiteSecurity, "cross-identity-list")
+		c.c.Hard = HardCrossIdentity
+		found, pages, err := s.findInList(cctx, other, task.ID) // every page of the other identity's list
+		c.note("%d pages of the other identity's tasks/list read", pages)
+		switch {
+		case found:
+			s.end(c, Fail, fmt.Sprintf("tasks/list shows the task to another identity (page %d): tasks are not bound to an identity", pages))
+		case err != nil:
+			s.end(c, Pass, "another identity's tasks/list is refused: "+err.Error())
+		default:
+			s.end(c, Pass, fmt.Sprintf("another identity does not see the task on any of %d pages", pages))
+		}
 	} else {
 		s.end(s.begin(SuiteSecurity, "cross-identity-list"), Inconclusive, "the server offers no tasks/list")
+		s.end(s.begin(SuiteSecurity, "cross-identity-list-cursor"), Inconclusive, "the server offers no tasks/list")
 	}
+	s.cursorReplay(cctx, other)
 	hard("cross-identity-cancel", func() bool { _, err := other.CancelTask(cctx, task.ID); return err != nil },
 		"another identity cannot cancel the task", "another identity cancelled the task")
 	_, _ = s.conn.CancelTask(cctx, task.ID)

@@ -52,11 +52,15 @@ const (
 	Duplicate Action = "duplicate"
 	// Delay holds a matching request for Rule.Delay before forwarding it.
 	Delay Action = "delay"
-	// Rewrite passes each matching response message through Rule.Rewrite.
+	// Rewrite passes each matching response message, and each server request or notification
+	// on a stream (matched by its own method), through Rule.Rewrite.
 	Rewrite Action = "rewrite"
 	// Throttle answers a matching request HTTP 429 with Retry-After (Rule.Delay, whole
 	// seconds, at least 1) without forwarding it, as an overloaded server would.
 	Throttle Action = "throttle"
+	// Swallow answers a matching request with an empty JSON-RPC result without forwarding
+	// it: the client is told it was accepted, the server never sees it.
+	Swallow Action = "swallow"
 )
 
 // Rule is one fault. A rule fires Times times (0 = once; negative = always) and then stays
@@ -68,8 +72,9 @@ type Rule struct {
 	Method string
 	// Delay is the hold of a Delay rule.
 	Delay time.Duration
-	// Rewrite changes a response message in place (its "result" or "error"); it returns
-	// false to leave the message alone (the rule does not fire).
+	// Rewrite changes a message in place (a response's "result" or "error", a server
+	// request's "params"); it returns false to leave the message alone (the rule does not
+	// fire).
 	Rewrite func(msg map[string]any) bool
 	// Times is how often the rule fires (0 = once, negative = every time).
 	Times int
@@ -376,6 +381,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "faultproxy: too many requests", http.StatusTooManyRequests)
 			return
 		}
+		if len(m.ID) > 0 && p.take(Swallow, m.Method) != nil {
+			msg.Fault = Swallow
+			p.record(msg)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{}}`))
+			return
+		}
 		if d := p.take(Delay, m.Method); d != nil {
 			msg.Fault = Delay
 			select {
@@ -549,6 +561,13 @@ func (p *Proxy) onMessage(raw []byte, dir, era, method string, code int) []byte 
 			p.record(msg)
 			abort()
 		}
+		if p.has(Rewrite) {
+			if out, ok := p.rewrite(raw, m.Method); ok {
+				msg.Fault = Rewrite
+				p.record(msg)
+				return out
+			}
+		}
 		p.record(msg)
 		return raw
 	}
@@ -700,6 +719,27 @@ func DropField(name string) func(map[string]any) bool {
 			return false
 		}
 		delete(t, name)
+		return true
+	}
+}
+
+// SetRelatedTask returns a Rewrite that makes a message's related-task _meta (a 2025-11-25
+// result's, or a server request's params') name task id instead.
+func SetRelatedTask(id string) func(map[string]any) bool {
+	return func(msg map[string]any) bool {
+		obj, _ := msg["result"].(map[string]any)
+		if obj == nil {
+			obj, _ = msg["params"].(map[string]any)
+		}
+		if obj == nil {
+			return false
+		}
+		meta, _ := obj["_meta"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+			obj["_meta"] = meta
+		}
+		meta["io.modelcontextprotocol/related-task"] = map[string]any{"taskId": id}
 		return true
 	}
 }

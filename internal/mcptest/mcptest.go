@@ -236,6 +236,19 @@ func MCPGoServer(withTasks bool) *server.MCPServer {
 			func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				return text("must done"), nil
 			})
+		// slow works for duration_ms and stops when its context ends: as a task, mcp-go runs
+		// it under the creating request's context.
+		srv.AddTool(mcp.NewTool("slow", mcp.WithNumber("duration_ms"), mcp.WithTaskSupport(mcp.TaskSupportOptional)),
+			func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				t := time.NewTimer(time.Duration(req.GetFloat("duration_ms", 1000)) * time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					return text("slow done"), nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			})
 	}
 	return srv
 }
