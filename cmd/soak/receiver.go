@@ -25,6 +25,9 @@ import (
 // instead of the soak (the soak starts itself again as its receiver process).
 const receiverEnv = "TASKGATE_SOAK_RECEIVER"
 
+// receiverTokensEnv holds the receiver child's TOKEN=TENANT:ACTOR bindings, comma-separated.
+const receiverTokensEnv = "TASKGATE_SOAK_RECEIVER_TOKENS"
+
 // rcvState is what one receiver process saw, read at the end of the run or when it is stopped:
 // the counts the soak's invariants are checked against.
 type rcvState struct {
@@ -131,8 +134,16 @@ func (c *counting) state(r *receiver.Receiver) rcvState {
 // runReceiverChild is the receiver process. It listens on addr, prints "listening ADDR",
 // serves GET /soak/state, and on SIGTERM stops serving, prints "state JSON" and exits.
 func runReceiverChild(addr string, stdout io.Writer) error {
-	r := receiver.New(receiver.Config{DefaultPollInterval: 500 * time.Millisecond, MaxConcurrentTasks: -1,
-		DefaultTTL: time.Hour, MaxTTL: 2 * time.Hour})
+	cfg := receiver.Config{DefaultPollInterval: 500 * time.Millisecond, MaxConcurrentTasks: -1,
+		DefaultTTL: time.Hour, MaxTTL: 2 * time.Hour, Tokens: map[string]receiver.Identity{}}
+	for _, b := range strings.Split(os.Getenv(receiverTokensEnv), ",") {
+		tok, who, ok := strings.Cut(b, "=")
+		tenant, actor, ok2 := strings.Cut(who, ":")
+		if ok && ok2 {
+			cfg.Tokens[tok] = receiver.Identity{Tenant: tenant, Actor: actor}
+		}
+	}
+	r := receiver.New(cfg)
 	defer r.Close()
 	c := &counting{next: r.Handler(), lastGet: map[string]time.Time{}, answers: map[string]int{}, jobs: map[string]int{}}
 	mux := http.NewServeMux()
@@ -179,13 +190,14 @@ type receiverProc struct {
 }
 
 // startReceiver starts this binary again as the receiver on addr.
-func startReceiver(ctx context.Context, addr string) (*receiverProc, error) {
+// tokens, when not empty, are TOKEN=TENANT:ACTOR bindings the receiver requires.
+func startReceiver(ctx context.Context, addr, tokens string) (*receiverProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self) //nolint:gosec // this very binary, started again as its receiver
-	cmd.Env = append(os.Environ(), receiverEnv+"="+addr)
+	cmd.Env = append(os.Environ(), receiverEnv+"="+addr, receiverTokensEnv+"="+tokens)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -31,8 +31,8 @@ const soakPolicy = `
 tenants: [acme, globex]
 owners: [{name: ops, contact: ops@example.com}]
 servers:
-  - {name: legacy, url: "%[1]s/mcp", era: legacy}
-  - {name: ext, url: "%[1]s/mcp", era: extension}
+  - {name: legacy, url: "%[1]s/mcp", era: legacy%[3]s}
+  - {name: ext, url: "%[1]s/mcp", era: extension%[4]s}
 workflows:
   - {name: refund-legacy, server: legacy, tool: work_required, effect: effectful, task_use: required, fallback: {kind: reject},
      stage: full, max_ttl: 10m, owners: [ops], idempotency_argument: idempotency_key, verifier: {kind: http, base_url: "%[1]s/records"}}
@@ -52,13 +52,20 @@ workflows:
      owners: [ops], verifier: {kind: job_api}}
   - {name: kyc, server: legacy, tool: work_forbidden, effect: reversible, task_use: never, fallback: {kind: handoff}, owners: [ops]}
   - {name: closure, server: legacy, tool: work_forbidden, effect: effectful, task_use: required, fallback: {kind: reject}, owners: [ops]}
+  - {name: questions-legacy, server: legacy, tool: multi_input, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 5s},
+     stage: full, max_ttl: 10m, owners: [ops]}
+  - {name: questions-ext, server: ext, tool: multi_input, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 5s},
+     stage: full, max_ttl: 10m, owners: [ops]}
+  - {name: greeting, server: legacy, tool: test_tool_with_task, effect: read_only, task_use: required, fallback: {kind: reject},
+     stage: full, max_ttl: 10m, owners: [ops], keep_result: true}
 `
 
 // replica is one console serve process.
 type replica struct {
-	n    int
-	addr string
-	log  string
+	n       int
+	addr    string
+	log     string
+	metrics string // its --metrics-addr
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -102,6 +109,13 @@ type world struct {
 	idMu     sync.Mutex
 	token    string
 	client   *http.Client
+
+	// serverTokens, when set, are the receiver's two bearer tokens: the legacy server's
+	// reaches the consoles as {env: SOAK_SERVER_TOKEN}, the extension server's as
+	// {file: PATH}.
+	serverTokens [2]string
+	// metrics serves each replica's /metrics on a loopback port of its own.
+	metrics bool
 }
 
 func freeAddr() (string, error) {
@@ -162,12 +176,20 @@ func (w *world) setup(ctx context.Context, log io.Writer) error {
 	if w.rcvAddr, err = freeAddr(); err != nil {
 		return err
 	}
-	if w.rcv, err = startReceiver(ctx, w.rcvAddr); err != nil {
+	if w.rcv, err = startReceiver(ctx, w.rcvAddr, w.receiverTokens()); err != nil {
 		return err
 	}
 	w.policy = filepath.Join(w.dir, "policy.yaml")
 	expiry := strconv.Itoa(int(w.o.ExpiringTTL.Seconds())) + "s"
-	if err := os.WriteFile(w.policy, fmt.Appendf(nil, soakPolicy, "http://"+w.rcvAddr, expiry), 0o600); err != nil {
+	var envTok, fileTok string
+	if w.serverTokens[0] != "" {
+		tokFile := filepath.Join(w.dir, "server-token")
+		if err := os.WriteFile(tokFile, []byte(w.serverTokens[1]+"\n"), 0o600); err != nil {
+			return err
+		}
+		envTok, fileTok = ", token: {env: SOAK_SERVER_TOKEN}", fmt.Sprintf(", token: {file: %q}", tokFile)
+	}
+	if err := os.WriteFile(w.policy, fmt.Appendf(nil, soakPolicy, "http://"+w.rcvAddr, expiry, envTok, fileTok), 0o600); err != nil {
 		return err
 	}
 	w.client = &http.Client{Timeout: 30 * time.Second}
@@ -177,7 +199,12 @@ func (w *world) setup(ctx context.Context, log io.Writer) error {
 		if err != nil {
 			return err
 		}
-		r := &replica{n: i + 1, addr: addr, log: filepath.Join(w.dir, fmt.Sprintf("console-%d.log", i+1))}
+		r := &replica{n: i + 1, addr: addr, log: filepath.Join(w.dir, fmt.Sprintf("console-%d.log", i+1)), metrics: "off"}
+		if w.metrics {
+			if r.metrics, err = freeAddr(); err != nil {
+				return err
+			}
+		}
 		w.replicas = append(w.replicas, r)
 		// One at a time: the first migrates the schema, and each new watcher id is told apart.
 		if err := w.startReplica(ctx, r); err != nil {
@@ -215,8 +242,11 @@ func (w *world) startReplica(ctx context.Context, r *replica) error {
 		return err
 	}
 	cmd := exec.Command(w.consBin, "serve", "--database-url", w.dbURL, "--addr", r.addr, "--config", w.policy, //nolint:gosec // the console just built
-		"--metrics-addr", "off", "--log-format", "json", "--recovery-grace", w.o.RecoveryGrace.String())
+		"--metrics-addr", r.metrics, "--log-format", "json", "--recovery-grace", w.o.RecoveryGrace.String())
 	cmd.Env = append(os.Environ(), "TASKGATE_DATA_DIR="+filepath.Join(w.dir, fmt.Sprintf("data-%d", r.n)))
+	if w.serverTokens[0] != "" {
+		cmd.Env = append(cmd.Env, "SOAK_SERVER_TOKEN="+w.serverTokens[0])
+	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		lf.Close()
@@ -320,6 +350,14 @@ func (w *world) live(rng func(int) int) []*replica {
 	return out
 }
 
+// receiverTokens is the receiver's token bindings (TOKEN=TENANT:ACTOR,...), "" for none.
+func (w *world) receiverTokens() string {
+	if w.serverTokens[0] == "" {
+		return ""
+	}
+	return w.serverTokens[0] + "=acme:taskgate," + w.serverTokens[1] + "=acme:taskgate"
+}
+
 // restartReceiver stops the receiver (its tasks vanish) and starts a new one on its address.
 func (w *world) restartReceiver(ctx context.Context) error {
 	w.rcvMu.Lock()
@@ -329,7 +367,7 @@ func (w *world) restartReceiver(ctx context.Context) error {
 		return fmt.Errorf("stop the receiver: %w", err)
 	}
 	w.rcvSeen = append(w.rcvSeen, st)
-	if w.rcv, err = startReceiver(ctx, w.rcvAddr); err != nil {
+	if w.rcv, err = startReceiver(ctx, w.rcvAddr, w.receiverTokens()); err != nil {
 		return fmt.Errorf("start the receiver again: %w", err)
 	}
 	return nil
