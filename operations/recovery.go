@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/taskgate/taskgate/internal/lifecycle"
 )
@@ -34,6 +35,8 @@ type Recovered struct {
 	Unrecorded int
 	// NeverSent is the number of operations whose call was never sent: now outcome not_run.
 	NeverSent int
+	// ItemsOpened is the number of reconciliation items the sweep opened.
+	ItemsOpened int
 }
 
 // SweepUnrecorded settles up to n operations whose call is overdue by more than grace:
@@ -93,10 +96,14 @@ func (s *Store) SweepUnrecorded(ctx context.Context, grace time.Duration, n int)
 					return fmt.Errorf("job of %s: %w", c.id, err)
 				}
 			}
-			if err := markUnknown(ctx, tx, c.id, state, ReasonCallUnrecorded, msg); err != nil {
+			opened, err := markUnknownOpened(ctx, tx, c.id, state, ReasonCallUnrecorded, msg)
+			if err != nil {
 				return err
 			}
 			rec.Unrecorded++
+			if opened {
+				rec.ItemsOpened++
+			}
 		}
 		return nil
 	})
@@ -141,13 +148,51 @@ type RecoveryConfig struct {
 	Logger *slog.Logger
 	// AfterSweep, when set, is called after every sweep.
 	AfterSweep func(Recovered, error)
+	// Registerer, when set, receives the sweep metrics (sweeps by result, operations settled by
+	// kind, items opened, the last sweep's time).
+	Registerer prometheus.Registerer
+}
+
+type recoveryMetrics struct {
+	sweeps  *prometheus.CounterVec
+	settled *prometheus.CounterVec
+	items   prometheus.Counter
+	last    prometheus.Gauge
+}
+
+func newRecoveryMetrics(reg prometheus.Registerer) (*recoveryMetrics, error) {
+	m := &recoveryMetrics{
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_recovery_sweeps_total",
+			Help: "Recovery sweeps run by this replica, by result (ok, error)."}, []string{"result"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskgate_recovery_settled_total",
+			Help: "Operations the recovery sweep settled, by kind (unrecorded: sent, answer never recorded, now unknown; never_sent: now not_run)."}, []string{"kind"}),
+		items: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_recovery_items_opened_total",
+			Help: "Reconciliation items the recovery sweep opened."}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskgate_recovery_last_sweep_timestamp_seconds",
+			Help: "When this replica's last recovery sweep ended (Unix seconds)."}),
+	}
+	for _, l := range []string{"ok", "error"} {
+		m.sweeps.WithLabelValues(l)
+	}
+	for _, l := range []string{"unrecorded", "never_sent"} {
+		m.settled.WithLabelValues(l)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.sweeps, m.settled, m.items, m.last} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
 }
 
 // Recovery runs SweepUnrecorded on every replica, so a call whose answer was lost (the ledger
 // could not write it, or the console stopped) is settled within Grace plus Interval.
 type Recovery struct {
-	cfg  RecoveryConfig
-	life lifecycle.Loop
+	cfg     RecoveryConfig
+	life    lifecycle.Loop
+	metrics *recoveryMetrics
 }
 
 // NewRecovery validates cfg and returns a stopped Recovery.
@@ -167,7 +212,11 @@ func NewRecovery(cfg RecoveryConfig) (*Recovery, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Recovery{cfg: cfg}, nil
+	m, err := newRecoveryMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("operations: recovery metrics: %w", err)
+	}
+	return &Recovery{cfg: cfg, metrics: m}, nil
 }
 
 // Start runs sweeps until Stop; a second Start is refused.
@@ -196,10 +245,20 @@ func (r *Recovery) Sweep(ctx context.Context) Recovered {
 		rec, err := r.cfg.Store.SweepUnrecorded(ctx, r.cfg.Grace, r.cfg.BatchSize)
 		total.Unrecorded += rec.Unrecorded
 		total.NeverSent += rec.NeverSent
+		total.ItemsOpened += rec.ItemsOpened
+		r.metrics.settled.WithLabelValues("unrecorded").Add(float64(rec.Unrecorded))
+		r.metrics.settled.WithLabelValues("never_sent").Add(float64(rec.NeverSent))
+		r.metrics.items.Add(float64(rec.ItemsOpened))
 		if err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("recovery sweep", "err", err)
 		}
 		if err != nil || rec.Unrecorded+rec.NeverSent < r.cfg.BatchSize {
+			result := "ok"
+			if err != nil {
+				result = "error"
+			}
+			r.metrics.sweeps.WithLabelValues(result).Inc()
+			r.metrics.last.SetToCurrentTime()
 			if total.Unrecorded+total.NeverSent > 0 {
 				r.cfg.Logger.Warn("recovery sweep settled calls", "unrecorded", total.Unrecorded, "never_sent", total.NeverSent)
 			}

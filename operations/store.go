@@ -595,30 +595,33 @@ func (s *Store) MarkUnknown(ctx context.Context, opID string, state TaskState, r
 }
 
 func markUnknown(ctx context.Context, tx pgx.Tx, opID string, state TaskState, reason, message string) error {
+	_, err := markUnknownOpened(ctx, tx, opID, state, reason, message)
+	return err
+}
+
+// markUnknownOpened is markUnknown reporting whether it opened a reconciliation item.
+func markUnknownOpened(ctx context.Context, tx pgx.Tx, opID string, state TaskState, reason, message string) (bool, error) {
 	if err := callRecorded(ctx, tx, opID); err != nil {
-		return err
+		return false, err
 	}
 	if state != "" {
 		if _, err := tx.Exec(ctx, `UPDATE tasks SET state = $2, failure_kind = coalesce(failure_kind, $3), next_poll_at = NULL,
 			lease_owner = NULL, lease_expires_at = NULL, terminal_at = coalesce(terminal_at, now()), updated_at = now()
 			WHERE operation_id = $1 AND state NOT IN ('completed','failed','cancelled')`, opID, state, reason); err != nil {
-			return fmt.Errorf("mark task of %s %s: %w", opID, state, err)
+			return false, fmt.Errorf("mark task of %s %s: %w", opID, state, err)
 		}
 		if err := addTimeline(ctx, tx, opID, SourceWatcher, string(state), message); err != nil {
-			return err
+			return false, err
 		}
 		if err := closeOpenInputs(ctx, tx, opID, state, message); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE operations SET domain_outcome = 'unknown', attention = $2, attention_reason = $3, updated_at = now()
 		WHERE id = $1 AND domain_outcome = 'pending'`, opID, AttentionReconcile, reason); err != nil {
-		return fmt.Errorf("mark %s unknown: %w", opID, err)
+		return false, fmt.Errorf("mark %s unknown: %w", opID, err)
 	}
-	if _, err := reconcile.OpenTx(ctx, tx, opID, reason, message); err != nil {
-		return err
-	}
-	return nil
+	return reconcile.OpenTx(ctx, tx, opID, reason, message)
 }
 
 // Observation is one observed task status.

@@ -203,7 +203,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer janitor.Stop()
 	// Recovery: calls sent whose answer was never recorded become unknown with an item.
-	recovery, err := operations.NewRecovery(operations.RecoveryConfig{Store: ops.Store(), Grace: *recoveryGrace, Logger: logger})
+	recovery, err := operations.NewRecovery(operations.RecoveryConfig{Store: ops.Store(), Grace: *recoveryGrace, Logger: logger, Registerer: reg})
 	if err != nil {
 		return err
 	}
