@@ -238,6 +238,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer reconciler.Stop()
 	// Gates: runs queued after a change or by an operator, taken by one replica under a lease.
 	gateStore := gates.NewStore(db.Pool)
+	gateRecheck, err := envDuration(getenv, "TASKGATE_GATE_RECHECK", time.Minute)
+	if err != nil {
+		return err
+	}
 	gateQueue, err := gates.NewQueue(gates.QueueConfig{Store: gateStore, Runner: &gates.Runner{Build: buildVersion(), Logger: logger},
 		Target: func(workflow, _ string) (gates.Target, error) {
 			t, err := gates.TargetFor(policy, workflow, getenv, demoURL)
@@ -263,7 +267,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			}
 			return out, nil
 		},
-		ReplicaID: watcher.ReplicaID(), Logger: logger.With("component", "gates")})
+		RecheckEvery: gateRecheck, ReplicaID: watcher.ReplicaID(), Logger: logger.With("component", "gates")})
 	if err != nil {
 		return err
 	}
@@ -393,6 +397,19 @@ func serveMetrics(addr string, isDefault bool, h http.Handler, logger *slog.Logg
 }
 
 // envBool reads a boolean setting: 1, true, yes or on.
+// envDuration reads a duration from the environment (def when unset).
+func envDuration(getenv func(string) string, key string, def time.Duration) (time.Duration, error) {
+	v := strings.TrimSpace(getenv(key))
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive duration such as 1m or 5s", key, v)
+	}
+	return d, nil
+}
+
 func envBool(getenv func(string) string, key string) bool {
 	switch strings.ToLower(strings.TrimSpace(getenv(key))) {
 	case "1", "true", "yes", "on":
