@@ -19,6 +19,10 @@ type RolloutRow struct {
 	Analysis rollout.Analysis
 	// Drain is the latest rollback's progress (zero Since: never rolled back).
 	Drain rollout.Drain
+	// Shadow is the latest shadow comparisons (newest first); Diverged counts those with a
+	// divergence.
+	Shadow   []rollout.Comparison
+	Diverged int
 }
 
 // RolloutConfirm is the confirmation of a move: what will change and for how many tenants.
@@ -69,7 +73,18 @@ func (s *Server) renderRollouts(w http.ResponseWriter, r *http.Request, status i
 		if len(st.History) > 10 {
 			st.History = st.History[:10]
 		}
-		rows = append(rows, RolloutRow{Status: st, Analysis: a, Drain: d})
+		cs, err := s.deps.Rollouts.Comparisons(r.Context(), wf.Name, 10)
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		row := RolloutRow{Status: st, Analysis: a, Drain: d, Shadow: cs}
+		for _, c := range cs {
+			if len(c.Divergences) > 0 || c.Error != "" {
+				row.Diverged++
+			}
+		}
+		rows = append(rows, row)
 	}
 	if wantsJSON(r) {
 		w.Header().Set("Content-Type", "application/json")
@@ -179,3 +194,18 @@ func stageText(stage rollout.Stage, pct int) string {
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+// shortID is the first block of an operation id, for a link whose title is the whole id.
+func shortID(id string) string {
+	if i := strings.IndexByte(id, '-'); i > 0 {
+		return id[:i]
+	}
+	return id
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -123,5 +124,52 @@ func TestRolloutsPageMovesWithConfirmation(t *testing.T) {
 		if !found {
 			t.Errorf("no audit entry %s by the operator", action)
 		}
+	}
+}
+
+// TestRolloutsPageListsShadowComparisons: the shadow's comparisons of the workflow show on the
+// page beside its stage (divergences listed, server text escaped) and in its JSON.
+func TestRolloutsPageListsShadowComparisons(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	withRollouts(t, e)
+	ctx := t.Context()
+	var agree, diverged string
+	for i, id := range []*string{&agree, &diverged} {
+		if err := e.pool.QueryRow(ctx, `INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, route, reason_code, reason)
+			VALUES ('acme', 'refund', $1, 'x', 'app', 'sync', 'shadow_incumbent', 'shadow') RETURNING id::text`, fmt.Sprint("sh-", i)).Scan(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO rollout_shadow_comparisons (operation_id, workflow, kind, state, incumbent_route, incumbent_state,
+		    shadow_route, shadow_reason, shadow_state, divergences, started_at)
+		VALUES ($1, 'refund', 'run', 'compared', 'sync', 'completed', 'task', 'task_full', 'completed', '[]', now() - interval '1 minute'),
+		       ($2, 'refund', 'run', 'compared', 'sync', 'completed', 'task', 'task_full', 'failed', $3, now())`,
+		agree, diverged, `["task state: shadow failed, incumbent completed", "<script>x</script>"]`); err != nil {
+		t.Fatal(err)
+	}
+	res, body := e.do(t, "viewer", http.MethodGet, "/rollouts", nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("page %d", res.StatusCode)
+	}
+	sec := body[strings.Index(body, `data-testid="rollout-refund"`):]
+	if i := strings.Index(sec, "</section>"); i > 0 {
+		sec = sec[:i]
+	}
+	for _, want := range []string{`data-testid="rollout-shadow"`, "latest 2, 1 diverged", "/operations/" + agree, "/operations/" + diverged,
+		"task state: shadow failed, incumbent completed", "&lt;script&gt;x&lt;/script&gt;", ">agree<", ">diverged<", "ran as a Task"} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("refund's section lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "<script>x</script>") {
+		t.Error("server text reached the page unescaped")
+	}
+	req := e.request(t, "viewer", http.MethodGet, "/rollouts", nil)
+	req.Header.Set("Accept", "application/json")
+	res, jbody := send(t, req)
+	if res.StatusCode != 200 || !strings.Contains(jbody, `"divergences":["task state: shadow failed, incumbent completed"`) ||
+		!strings.Contains(jbody, `"operationId":"`+diverged+`"`) {
+		t.Fatalf("JSON %d: %s", res.StatusCode, jbody)
 	}
 }

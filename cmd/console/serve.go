@@ -285,6 +285,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	rolloutCtx, stopRollouts := context.WithCancel(ctx)
 	defer stopRollouts()
 	go rollouts.Run(rolloutCtx, 30*time.Second, logger.With("component", "rollout").Error)
+	// Shadow comparisons: a read-only workflow in shadow also runs as a Task (once per
+	// operation, whichever replica claims it); the others compare projected decisions only.
+	shadower, err := rollout.NewShadower(rollout.ShadowConfig{Policy: policy, Pool: db.Pool, Router: router, Conns: opServers,
+		Replica: watcher.ReplicaID(), Logger: logger.With("component", "shadow")})
+	if err != nil {
+		return err
+	}
+	go shadower.Run(rolloutCtx, 10*time.Second)
 	srv, err := web.NewServer(web.Deps{
 		SecureCookies: *secureCookies,
 		// TASKGATE_METRICS_TOKEN also serves /metrics on the console's address, to callers

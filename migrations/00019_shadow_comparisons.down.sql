@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS rollout_shadow_comparisons;
