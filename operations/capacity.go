@@ -102,11 +102,22 @@ func (s *Service) insertFor(wf *config.Workflow, base Insert, d Decision) (Inser
 // openTaskStates are the task states that hold a slot of the workflow's cap.
 const openTaskStates = `('creating', 'working', 'input_required')`
 
-// capacitySlot is a slot of a workflow's cap reserved for one start; settle keeps it when the
-// start wrote its task, and gives it back otherwise.
+// capacitySlot is a slot of a workflow's cap reserved for one start. The reservation is also a
+// row of capacity_slots: the start's transaction deletes it when it writes the task (take), and
+// settle gives the slot back with the row otherwise, so a slot whose start died in between is
+// found by ReclaimCapacity.
 type capacitySlot struct {
 	store    *Store
 	workflow string
+	id       int64
+}
+
+// slotID is the reservation's row for the start's task insert, nil without a slot.
+func (c *capacitySlot) slotID() *int64 {
+	if c == nil {
+		return nil
+	}
+	return &c.id
 }
 
 func (c *capacitySlot) settle(ctx context.Context, kept bool) {
@@ -115,27 +126,36 @@ func (c *capacitySlot) settle(ctx context.Context, kept bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := c.store.pool.Exec(ctx, `UPDATE workflow_in_flight SET in_flight = greatest(in_flight - 1, 0) WHERE workflow = $1`,
-		c.workflow); err != nil {
-		// The slot stays taken: the cap errs on the side of fewer Tasks until a recount.
+	if _, err := c.store.pool.Exec(ctx, `WITH d AS (DELETE FROM capacity_slots WHERE id = $1 RETURNING workflow)
+		UPDATE workflow_in_flight w SET in_flight = greatest(w.in_flight - 1, 0) FROM d WHERE w.workflow = d.workflow`,
+		c.id); err != nil {
+		// The slot stays taken until ReclaimCapacity finds its row.
 		slog.Default().Warn("capacity slot not released", "workflow", c.workflow, "err", err)
 	}
 }
 
+// errSlotReclaimed: the start's reservation was given back by ReclaimCapacity before the start
+// committed (it took longer than the grace); the start writes nothing and may be sent again.
+var errSlotReclaimed = errors.New("the start took too long: its slot of the concurrency cap was reclaimed; nothing was written, send it again")
+
 // applyCapacity runs in.Capacity for a start of a capped workflow. One slot is reserved on the workflow's
 // counter row with a conditional UPDATE (in_flight < cap) in its own statement, outside the
 // start transaction (before it begins, so a start never holds two connections): concurrent starts of a workflow never wait for each other's commit, and
-// no start gets past the cap. At the cap nothing is reserved and in.Capacity chooses the
-// policy's backpressure. A start that turns out to repeat a known key gives its slot back. The
-// counter row is created on first use, and recounted from the ledger when the cap in force
-// differs from the one it was counted for; a start below the cap costs one statement.
+// no start gets past the cap. The same statement records the reservation in capacity_slots. At
+// the cap nothing is reserved and in.Capacity chooses the policy's backpressure. A start that
+// turns out to repeat a known key gives its slot back. The counter row is created on first use,
+// and recounted from the ledger (open tasks plus reservations not yet committed) when the cap in
+// force differs from the one it was counted for; a start below the cap costs one statement.
 func (s *Store) applyCapacity(ctx context.Context, in Insert) (Insert, *capacitySlot, error) {
 	r := in.Request
 	limit := in.CapacityLimit
+	var id int64
 	reserve := func() (int, bool, error) {
 		var n int
-		err := s.pool.QueryRow(ctx, `UPDATE workflow_in_flight SET in_flight = in_flight + 1
-			WHERE workflow = $1 AND in_flight < $2 AND cap_seen = $2 RETURNING in_flight - 1`, r.Workflow, limit).Scan(&n)
+		err := s.pool.QueryRow(ctx, `WITH u AS (UPDATE workflow_in_flight SET in_flight = in_flight + 1
+				WHERE workflow = $1 AND in_flight < $2 AND cap_seen = $2 RETURNING in_flight - 1 AS n),
+			r AS (INSERT INTO capacity_slots (workflow) SELECT $1 FROM u RETURNING id)
+			SELECT u.n, r.id FROM u, r`, r.Workflow, limit).Scan(&n, &id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, false, nil
 		}
@@ -147,8 +167,8 @@ func (s *Store) applyCapacity(ctx context.Context, in Insert) (Insert, *capacity
 		var seen int
 		err = s.pool.QueryRow(ctx, `SELECT in_flight, cap_seen FROM workflow_in_flight WHERE workflow = $1`, r.Workflow).Scan(&n, &seen)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && seen != limit) {
-			count := `(SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
-				WHERE o.workflow = $1 AND t.state IN ` + openTaskStates + `)`
+			count := `((SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
+				WHERE o.workflow = $1 AND t.state IN ` + openTaskStates + `) + (SELECT count(*) FROM capacity_slots WHERE workflow = $1))`
 			if _, err = s.pool.Exec(ctx, `INSERT INTO workflow_in_flight (workflow, in_flight, cap_seen) SELECT $1, `+count+`, $2
 				ON CONFLICT (workflow) DO UPDATE SET in_flight = `+count+`, cap_seen = $2, counted_at = now()
 				WHERE workflow_in_flight.cap_seen <> $2`, r.Workflow, limit); err == nil {
@@ -163,11 +183,65 @@ func (s *Store) applyCapacity(ctx context.Context, in Insert) (Insert, *capacity
 		out, err := in.Capacity(max(n, limit))
 		return out, nil, err
 	}
-	slot := &capacitySlot{store: s, workflow: r.Workflow}
+	slot := &capacitySlot{store: s, workflow: r.Workflow, id: id}
 	out, err := in.Capacity(n)
 	if err != nil {
 		slot.settle(ctx, false)
 		return out, nil, err
 	}
 	return out, slot, nil
+}
+
+// Capacity recount defaults.
+const (
+	// DefaultSlotGrace is how long a reservation may stay uncommitted before ReclaimCapacity
+	// takes it for leaked: far beyond a start transaction, which runs no MCP call.
+	DefaultSlotGrace = 2 * time.Minute
+	// DefaultRecountInterval is the pause between recounts.
+	DefaultRecountInterval = 30 * time.Second
+)
+
+// ReclaimCapacity gives back the slots of concurrency caps whose reservation is older than
+// grace and was neither committed into a task nor given back: the process that took them died
+// between the reservation and its start's commit. It returns how many it gave back. A start
+// still holding such a reservation finds it gone and writes nothing, so the cap stays exact.
+func (s *Store) ReclaimCapacity(ctx context.Context, grace time.Duration) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM capacity_slots WHERE reserved_at < now() - $1 * interval '1 millisecond' RETURNING workflow),
+			c AS (SELECT workflow, count(*) AS n FROM d GROUP BY workflow),
+			u AS (UPDATE workflow_in_flight w SET in_flight = greatest(w.in_flight - c.n, 0) FROM c WHERE w.workflow = c.workflow)
+		SELECT coalesce(sum(n), 0) FROM c`, grace.Milliseconds()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("reclaim capacity slots: %w", err)
+	}
+	return n, nil
+}
+
+// RecountCapacity calls ReclaimCapacity every interval until ctx ends (zero values take
+// DefaultRecountInterval and DefaultSlotGrace), logging what it gave back.
+func (s *Store) RecountCapacity(ctx context.Context, interval, grace time.Duration, logger *slog.Logger) {
+	if interval <= 0 {
+		interval = DefaultRecountInterval
+	}
+	if grace <= 0 {
+		grace = DefaultSlotGrace
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		switch n, err := s.ReclaimCapacity(ctx, grace); {
+		case err != nil && ctx.Err() == nil:
+			logger.Warn("capacity recount failed", "err", err)
+		case n > 0:
+			logger.Warn("capacity slots reclaimed from starts that never committed", "slots", n)
+		}
+	}
 }

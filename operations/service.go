@@ -265,11 +265,7 @@ func (s *Service) Start(ctx context.Context, scope Scope, req StartRequest) (Sta
 	if err != nil {
 		return StartResult{}, err
 	}
-	resp := responseFor(op)
-	if err := s.cfg.Store.SetResponse(cctx, op.ID, status, resp); err != nil {
-		return StartResult{}, err
-	}
-	st, body, _, err := s.cfg.Store.Response(cctx, op.ID)
+	st, body, err := s.cfg.Store.FirstResponse(cctx, op.ID, status, responseFor(op))
 	if err != nil {
 		return StartResult{}, err
 	}

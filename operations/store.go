@@ -117,12 +117,18 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 				v := in.Task.RequestedTTL.Milliseconds()
 				ttl = &v
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO tasks (operation_id, server, tool, state, requested_ttl_ms) VALUES ($1,$2,$3,'creating',$4)`,
-				id, in.Task.Server, in.Task.Tool, ttl); err != nil {
+			// One statement: the task, its first timeline entry and, under a cap, the
+			// reservation turned into the task (no task when the reservation was reclaimed).
+			tag, err := tx.Exec(ctx, `WITH s AS (DELETE FROM capacity_slots WHERE id = $5 RETURNING id),
+					t AS (INSERT INTO tasks (operation_id, server, tool, state, requested_ttl_ms)
+						SELECT $1, $2, $3, 'creating', $4 WHERE $5::bigint IS NULL OR EXISTS (SELECT 1 FROM s) RETURNING operation_id)
+				INSERT INTO task_timeline (operation_id, source, state, message) SELECT operation_id, 'create', 'creating', 'task creation sent' FROM t`,
+				id, in.Task.Server, in.Task.Tool, ttl, slot.slotID())
+			if err != nil {
 				return fmt.Errorf("insert task: %w", err)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1,'create','creating','task creation sent')`, id); err != nil {
-				return fmt.Errorf("insert timeline: %w", err)
+			if tag.RowsAffected() != 1 {
+				return errSlotReclaimed
 			}
 		case in.JobBaseURL != "":
 			if _, err := tx.Exec(ctx, `INSERT INTO job_runs (operation_id, base_url) VALUES ($1,$2)`, id, in.JobBaseURL); err != nil {
@@ -179,6 +185,31 @@ func setResponse(ctx context.Context, q querier, id string, status int, body Sta
 // SetResponse stores the first answer given for an operation; later calls change nothing.
 func (s *Store) SetResponse(ctx context.Context, id string, status int, body StartResponse) error {
 	return setResponse(ctx, s.pool, id, status, body)
+}
+
+// FirstResponse stores body as the operation's first answer unless one was stored already, and
+// returns the first answer: one statement when it is this one.
+func (s *Store) FirstResponse(ctx context.Context, id string, status int, body StartResponse) (int, StartResponse, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, body, err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE operations SET response_status = $2, response_body = $3 WHERE id = $1 AND response_status IS NULL`, id, status, b)
+	if err != nil {
+		return 0, body, fmt.Errorf("store response of %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 1 {
+		var out StartResponse
+		if err := json.Unmarshal(b, &out); err != nil {
+			return 0, body, fmt.Errorf("decode response of %s: %w", id, err)
+		}
+		return status, out, nil
+	}
+	st, out, ok, err := s.Response(ctx, id)
+	if err == nil && !ok {
+		err = fmt.Errorf("response of %s: %w", id, ErrNotFound)
+	}
+	return st, out, err
 }
 
 // Response returns the stored first answer, ok=false when none was stored yet.
@@ -491,35 +522,42 @@ func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) e
 	c.ServerName, replaced[2] = safetext.Clean(c.ServerName)
 	c.ServerVersion, replaced[3] = safetext.Clean(c.ServerVersion)
 	c.Capabilities, replaced[4] = safetext.CleanJSON(c.Capabilities)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var ttl *int64
-		if c.TTL != nil {
-			v := c.TTL.Milliseconds()
-			ttl = &v
-		}
-		resultState := "none"
-		var terminal *time.Time
-		if TaskState(c.State).Final() {
-			resultState = "pending"
-			now := time.Now()
-			terminal = &now
-		}
-		tag, err := tx.Exec(ctx, `UPDATE tasks SET task_id = $2, era = $3, state = $4, status_message = $5, session_id = $6,
-			capabilities = $7, server_name = $8, server_version = $9, server_created_at = $10, server_updated_at = $11,
-			ttl_ms = $12, poll_interval_ms = $13, deadline = $14, next_poll_at = $15, result_state = $16, terminal_at = $17, updated_at = now()
-			WHERE operation_id = $1 AND state = 'creating'`,
+	var ttl *int64
+	if c.TTL != nil {
+		v := c.TTL.Milliseconds()
+		ttl = &v
+	}
+	resultState := "none"
+	var terminal *time.Time
+	if TaskState(c.State).Final() {
+		resultState = "pending"
+		now := time.Now()
+		terminal = &now
+	}
+	// One statement: the task, the call marked recorded and the timeline entry.
+	record := func(q querier) error {
+		tag, err := q.Exec(ctx, `WITH t AS (UPDATE tasks SET task_id = $2, era = $3, state = $4, status_message = $5, session_id = $6,
+				capabilities = $7, server_name = $8, server_version = $9, server_created_at = $10, server_updated_at = $11,
+				ttl_ms = $12, poll_interval_ms = $13, deadline = $14, next_poll_at = $15, result_state = $16, terminal_at = $17, updated_at = now()
+				WHERE operation_id = $1 AND state = 'creating' RETURNING operation_id),
+			o AS (UPDATE operations SET call_recorded_at = now() WHERE id = (SELECT operation_id FROM t) AND call_recorded_at IS NULL)
+			INSERT INTO task_timeline (operation_id, source, state, message) SELECT operation_id, $18, $19, $5 FROM t`,
 			opID, c.TaskID, c.Era, c.State, c.StatusMessage, c.SessionID, nullJSON(c.Capabilities), c.ServerName, c.ServerVersion,
-			nullTime(c.CreatedAt), nullTime(c.UpdatedAt), ttl, nullMillis(c.PollInterval), c.Deadline, c.NextPollAt, resultState, terminal)
+			nullTime(c.CreatedAt), nullTime(c.UpdatedAt), ttl, nullMillis(c.PollInterval), c.Deadline, c.NextPollAt, resultState, terminal,
+			SourceCreate, string(c.State))
 		if err != nil {
 			return fmt.Errorf("record created task of %s: %w", opID, err)
 		}
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("record created task of %s: task is not creating: %w", opID, ErrNotFound)
 		}
-		if err := callRecorded(ctx, tx, opID); err != nil {
-			return err
-		}
-		if err := addTimeline(ctx, tx, opID, SourceCreate, string(c.State), c.StatusMessage); err != nil {
+		return nil
+	}
+	if replaced == [5]bool{} {
+		return record(s.pool)
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := record(tx); err != nil {
 			return err
 		}
 		for i, what := range []string{"task id", "status message", "server name", "server version", "capabilities"} {

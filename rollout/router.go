@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/taskgate/taskgate/config"
@@ -42,6 +43,12 @@ type RouterConfig struct {
 	Now func() time.Time
 	// Logger receives kill switch read errors (default slog.Default()).
 	Logger *slog.Logger
+	// CacheFor, when positive, keeps each workflow's stage and each server's manifest status
+	// in memory for at most this long, so a start reads neither; Changed forgets them at once
+	// when a change notification names them (the console calls it from its change listener).
+	// CacheFor bounds how stale a decision's inputs can be when a change sends no notification
+	// (a probe, a stage set outside the rollout controller). Zero reads them for every decision.
+	CacheFor time.Duration
 }
 
 // CanaryFlags evaluates a workflow's canary flag (CanaryFlagKey) with the tenant as the
@@ -52,7 +59,20 @@ type CanaryFlags interface {
 }
 
 // Router gathers the live inputs of a decision and calls Decide.
-type Router struct{ cfg RouterConfig }
+type Router struct {
+	cfg RouterConfig
+
+	mu        sync.Mutex
+	gen       uint64 // bumped by every forget: a read begun before it is not kept
+	stages    map[string]cached[State]
+	manifests map[string]cached[manifests.Status]
+}
+
+// cached is a route input read at a time.
+type cached[T any] struct {
+	v  T
+	at time.Time
+}
 
 // NewRouter validates cfg and returns a Router.
 func NewRouter(cfg RouterConfig) (*Router, error) {
@@ -68,7 +88,51 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Router{cfg: cfg}, nil
+	return &Router{cfg: cfg, stages: map[string]cached[State]{}, manifests: map[string]cached[manifests.Status]{}}, nil
+}
+
+// Changed is told the area of every change notification (audit.Change.Area): a rollout move
+// or a probe an operator asked for makes the cached route inputs be read again.
+func (r *Router) Changed(area string) {
+	switch area {
+	case "rollout", "server":
+		r.Forget()
+	}
+}
+
+// Forget drops every cached route input.
+func (r *Router) Forget() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gen++
+	clear(r.stages)
+	clear(r.manifests)
+}
+
+// load returns m[key] when it is younger than CacheFor, otherwise read's answer, kept unless a
+// Forget came while it was read.
+func load[T any](r *Router, m map[string]cached[T], key string, read func() (T, error)) (T, error) {
+	if r.cfg.CacheFor <= 0 {
+		return read()
+	}
+	now := time.Now()
+	r.mu.Lock()
+	c, ok := m[key]
+	gen := r.gen
+	r.mu.Unlock()
+	if ok && now.Sub(c.at) < r.cfg.CacheFor {
+		return c.v, nil
+	}
+	v, err := read()
+	if err != nil {
+		return v, err
+	}
+	r.mu.Lock()
+	if r.gen == gen {
+		m[key] = cached[T]{v: v, at: now}
+	}
+	r.mu.Unlock()
+	return v, nil
 }
 
 // Routed is a decision with the inputs it was made from, for people and for the ledger.
@@ -114,12 +178,12 @@ func (r *Router) Route(ctx context.Context, workflow, tenant string) (Routed, er
 	now := r.cfg.Now()
 	out := Routed{Workflow: w.Name, Tenant: tenant, Server: w.Server, Tool: w.Tool, TaskUse: w.TaskUse,
 		Effect: w.Effect, Fallback: w.Fallback.Kind, At: now.UTC()}
-	st, err := r.cfg.Stages.Get(ctx, w.Name)
+	st, err := load(r, r.stages, w.Name, func() (State, error) { return r.cfg.Stages.Get(ctx, w.Name) })
 	if err != nil {
 		return out, fmt.Errorf("route %s: %w", workflow, err)
 	}
 	out.StageFromPolicy, out.PromotionPausedReason = st.FromPolicy, st.PromotionPausedReason
-	ms, err := r.cfg.Manifests.Status(ctx, w.Server)
+	ms, err := load(r, r.manifests, w.Server, func() (manifests.Status, error) { return r.cfg.Manifests.Status(ctx, w.Server) })
 	if err != nil {
 		return out, fmt.Errorf("route %s: %w", workflow, err)
 	}

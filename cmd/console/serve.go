@@ -34,6 +34,11 @@ import (
 )
 
 // runServe implements "console serve": the console on embedded defaults unless told otherwise.
+// routeInputsFor is how long the router keeps a workflow's stage and a server's manifest
+// status in memory when no change notification arrived: the most a start's route decision lags
+// a change that sends none.
+const routeInputsFor = time.Second
+
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stdout)
@@ -152,7 +157,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer flags.Close()
 	router, err := rollout.NewRouter(rollout.RouterConfig{Policy: policy, Manifests: mstore,
-		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: flags, Canary: flags, Logger: logger})
+		Stages: rollout.NewStore(db.Pool, policy), KillSwitch: flags, Canary: flags, Logger: logger, CacheFor: routeInputsFor})
 	if err != nil {
 		return err
 	}
@@ -202,6 +207,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer janitor.Stop()
+	// Slots of a concurrency cap taken by starts that died before committing are given back.
+	go ops.Store().RecountCapacity(ctx, 0, 0, logger)
 	// Recovery: calls sent whose answer was never recorded become unknown with an item.
 	recovery, err := operations.NewRecovery(operations.RecoveryConfig{Store: ops.Store(), Grace: *recoveryGrace, Logger: logger, Registerer: reg})
 	if err != nil {
@@ -333,7 +340,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	// Committed audited changes (from every replica) drive the pages' live updates.
 	lctx, stopListen := context.WithCancel(ctx)
 	defer stopListen()
-	audit.Listen(lctx, db.Pool, logger, srv.Publish)
+	audit.Listen(lctx, db.Pool, logger, func(c audit.Change) { router.Changed(c.Area); srv.Publish(c) })
 	errc := make(chan error, 1)
 	go func() { errc <- httpSrv.Serve(ln) }()
 	metricsURL, stopMetrics, err := serveMetrics(*metricsAddr, *metricsAddr == defaultMetricsAddr, srv.MetricsHandler(), logger)
