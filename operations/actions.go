@@ -168,6 +168,11 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 	if err != nil {
 		return Detail{}, fmt.Errorf("answer %s: %w", id, &UpstreamError{Err: err})
 	}
+	// The values' hashes are stored before they are sent, so an echo is cut out by whichever
+	// replica reads the server next.
+	if err := s.cfg.Store.RememberAnswer(ctx, id, given); err != nil {
+		return Detail{}, err
+	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := conn.AnswerInput(actx, op.Task.TaskID, key, resp); err != nil {
@@ -184,7 +189,6 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		}
 		return Detail{}, fmt.Errorf("answer %s input %q: %w", id, key, &UpstreamError{Err: err})
 	}
-	s.cfg.Store.answers.remember(id, given, s.cfg.Now())
 	if err := s.cfg.Store.MarkInputAnswered(actx, id, key, by, string(resp.Action),
 		rec.step(StepInput, op, map[string]any{"key": key, "action": string(resp.Action), "reply": "accepted by the server", "values": "redacted"})); err != nil {
 		return Detail{}, err
@@ -231,8 +235,7 @@ func redactAnswer(err error, content map[string]any) error {
 	for _, v := range content {
 		values = append(values, v)
 	}
-	texts, digits := answerNeedles(values)
-	out := redactText(msg, texts, digits)
+	out := matcherForValues(values).redactText(msg)
 	if out == msg {
 		return err
 	}

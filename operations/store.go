@@ -22,8 +22,8 @@ import (
 // Store is the Postgres store of the ledger, tasks, timelines, inputs and envelopes.
 type Store struct {
 	pool *pgxpool.Pool
-	// answers are the values people answered, kept in memory until the envelope (echo.go).
-	answers answerMemory
+	// echoKey is the installation's key of the answer hashes, read once (echo.go).
+	echoKey echoKeyCache
 }
 
 // NewStore returns a Store on pool.
@@ -697,9 +697,20 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 		var msg, taskID string
 		var upd *time.Time
 		var poll *int64
-		if err := tx.QueryRow(ctx, `SELECT state, status_message, coalesce(task_id, ''), server_updated_at, poll_interval_ms
-			FROM tasks WHERE operation_id = $1 FOR UPDATE`, opID).Scan(&from, &msg, &taskID, &upd, &poll); err != nil {
+		var answered bool
+		if err := tx.QueryRow(ctx, `SELECT state, status_message, coalesce(task_id, ''), server_updated_at, poll_interval_ms,
+			EXISTS (SELECT 1 FROM answer_echoes WHERE operation_id = $1)
+			FROM tasks WHERE operation_id = $1 FOR UPDATE`, opID).Scan(&from, &msg, &taskID, &upd, &poll, &answered); err != nil {
 			return notFound(opID, err)
+		}
+		// A value a person answered and the server echoes in its status message is cut out
+		// before it is compared, stored or put on the timeline.
+		if answered && obs.StatusMessage != "" {
+			echoes, err := s.echoes(ctx, tx, opID)
+			if err != nil {
+				return err
+			}
+			obs.StatusMessage = echoes.redactText(obs.StatusMessage)
 		}
 		res = ObserveResult{From: from, Now: from}
 		// A notification that arrives after a newer poll (its lastUpdatedAt is not later than
@@ -920,8 +931,13 @@ func (s *Store) ReleaseLeases(ctx context.Context, replica string) error {
 // state is set to the envelope's terminal status when it was not terminal yet (legacy
 // tasks/result may come first); a stored terminal state is never changed.
 func (s *Store) RecordEnvelope(ctx context.Context, opID string, e Envelope, source string) error {
-	// A value a person answered and the server echoed back is cut out before anything keeps it.
-	redactEnvelope(&e, s.answers.take(opID))
+	// A value a person answered and the server echoed back is cut out before anything keeps
+	// it, whichever replica took the answer.
+	echoes, err := s.echoes(ctx, s.pool, opID)
+	if err != nil {
+		return err
+	}
+	echoes.redactEnvelope(&e)
 	var r [4]bool
 	e.StatusMessage, r[0] = safetext.Clean(e.StatusMessage)
 	e.Preview, r[1] = safetext.Clean(e.Preview)
@@ -987,7 +1003,12 @@ func (s *Store) MarkResultFailed(ctx context.Context, opID, message string) erro
 // It returns how many were new.
 func (s *Store) UpsertInputs(ctx context.Context, opID string, in []PendingInput) (int, error) {
 	n := 0
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	// A later question quoting an earlier answer has it cut out, as status messages do.
+	echoes, err := s.echoes(ctx, s.pool, opID)
+	if err != nil {
+		return 0, err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, p := range in {
 			fields, err := json.Marshal(p.Fields)
 			if err != nil {
@@ -996,6 +1017,7 @@ func (s *Store) UpsertInputs(ctx context.Context, opID string, in []PendingInput
 			fields, _ = safetext.CleanJSON(fields)
 			p.Key, _ = safetext.Clean(p.Key)
 			p.Message, _ = safetext.Clean(p.Message)
+			p.Message = echoes.redactText(p.Message)
 			p.Mode, _ = safetext.Clean(p.Mode)
 			p.Title, _ = safetext.Clean(p.Title)
 			p.Description, _ = safetext.Clean(p.Description)
