@@ -410,13 +410,14 @@ func (s *session) inputCase(ctx context.Context, c *caseRec, arm func()) {
 	}
 	t0 := time.Now()
 	var req mcpclient.InputRequest
+	var done chan error // 2025-11-25: the tasks/result wait that carries the question
 	if s.legacy() {
 		f, err := s.follow(cctx, s.conn, task.ID, func(sn mcpclient.Snapshot) bool { return sn.Task.Status == mcpclient.StatusInputRequired })
 		if err != nil || f.last.Task.Status != mcpclient.StatusInputRequired {
 			s.end(c, Fail, "the task never asked for input (statuses "+statusList(f.statuses)+")")
 			return
 		}
-		done := make(chan error, 1)
+		done = make(chan error, 1)
 		go func() { _, err := s.conn.AwaitOutcome(cctx, task.ID); done <- err }()
 		select {
 		case req = <-s.inputs.wait(task.ID):
@@ -440,6 +441,18 @@ func (s *session) inputCase(ctx context.Context, c *caseRec, arm func()) {
 	if err := s.conn.AnswerInput(cctx, task.ID, req.Key, answerFor(req)); err != nil {
 		s.end(c, Fail, "answer: "+err.Error())
 		return
+	}
+	if done != nil {
+		// The wait ends with the task; polling beside it would race its own closing read
+		// of the status, and a late answer of an earlier poll would look like a status
+		// moving backwards.
+		select {
+		case err := <-done:
+			if err != nil {
+				c.note("tasks/result after the answer: %s", err.Error())
+			}
+		case <-cctx.Done():
+		}
 	}
 	answered := time.Now()
 	var stop func(mcpclient.Snapshot) bool
