@@ -26,7 +26,7 @@ import (
 const receiverEnv = "TASKGATE_SOAK_RECEIVER"
 
 // receiverTokensEnv holds the receiver child's TOKEN=TENANT:ACTOR bindings, comma-separated.
-const receiverTokensEnv = "TASKGATE_SOAK_RECEIVER_TOKENS"
+const receiverTokensEnv = "TASKGATE_SOAK_RECEIVER_TOKENS" //nolint:gosec // the name of an environment variable, not a credential
 
 // rcvState is what one receiver process saw, read at the end of the run or when it is stopped:
 // the counts the soak's invariants are checked against.
@@ -196,7 +196,8 @@ func startReceiver(ctx context.Context, addr, tokens string) (*receiverProc, err
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self) //nolint:gosec // this very binary, started again as its receiver
+	// Not tied to ctx: the receiver lives until stop, which collects what it saw.
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), self) //nolint:gosec // this very binary, started again as its receiver
 	cmd.Env = append(os.Environ(), receiverEnv+"="+addr, receiverTokensEnv+"="+tokens)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

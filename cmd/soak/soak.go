@@ -68,7 +68,7 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Result, error) {
 			return nil, err
 		}
 		dir = d
-		defer os.RemoveAll(d)
+		defer func() { _ = os.RemoveAll(d) }()
 	} else if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // the server account must reach its cluster directory
 		return nil, err
 	}

@@ -134,7 +134,7 @@ func buildConsole(ctx context.Context, o Options, dir string, log io.Writer) (st
 	}
 	out := filepath.Join(dir, "console")
 	fmt.Fprintln(log, "soak: building the console...")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/taskgate/taskgate/cmd/console")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/taskgate/taskgate/cmd/console") //nolint:gosec // this module's console, built into the run's directory
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("build the console: %w", err)
@@ -241,7 +241,8 @@ func (w *world) startReplica(ctx context.Context, r *replica) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(w.consBin, "serve", "--database-url", w.dbURL, "--addr", r.addr, "--config", w.policy, //nolint:gosec // the console just built
+	// Not tied to ctx: a replica ends by kill or close, as the soak decides.
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), w.consBin, "serve", "--database-url", w.dbURL, "--addr", r.addr, "--config", w.policy, //nolint:gosec // the console just built
 		"--metrics-addr", r.metrics, "--log-format", "json", "--recovery-grace", w.o.RecoveryGrace.String())
 	cmd.Env = append(os.Environ(), "TASKGATE_DATA_DIR="+filepath.Join(w.dir, fmt.Sprintf("data-%d", r.n)))
 	if w.serverTokens[0] != "" {
