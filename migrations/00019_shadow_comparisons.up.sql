@@ -22,4 +22,8 @@ CREATE TABLE rollout_shadow_comparisons (
     started_at              timestamptz NOT NULL DEFAULT now(),
     compared_at             timestamptz
 );
+-- What sent each operation to its route: stage, canary step and percent, the canary flag and the
+-- tenant's bucket (the console's rollout context on every operation row).
+ALTER TABLE operations ADD COLUMN route_context jsonb;
+
 CREATE INDEX rollout_shadow_comparisons_workflow ON rollout_shadow_comparisons (workflow, started_at DESC);

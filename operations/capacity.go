@@ -62,7 +62,7 @@ func (s *Service) capacityCheck(in RouteInput, d Decision, base Insert) func(inF
 		case rollout.CapacityAllowed:
 			return base, nil
 		case rollout.CapacityFallback:
-			fd := Decision{Route: Route(c.Decision.Route), ReasonCode: string(c.Decision.Reason), Reason: c.Decision.Sentence}
+			fd := Decision{Route: Route(c.Decision.Route), ReasonCode: string(c.Decision.Reason), Reason: c.Decision.Sentence, Context: d.Context}
 			return s.insertFor(in.Workflow, base, fd)
 		}
 		return base, &CapacityError{Workflow: in.Workflow.Name, InFlight: c.InFlight, Limit: c.Limit, RetryAfter: c.RetryAfter,

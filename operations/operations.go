@@ -183,30 +183,34 @@ type Decision struct {
 	Reason string `json:"reason"`
 	// DeclareExtension is true when the call declares the 2026-07-28 tasks extension.
 	DeclareExtension bool `json:"declare_extension"`
+	// Context is the router's rollout context (stage, step, flag, bucket), kept on the row.
+	Context json.RawMessage `json:"context,omitempty"`
 }
 
 // Operation is one ledger row.
 type Operation struct {
-	ID              string          `json:"id"`
-	Tenant          string          `json:"tenant"`
-	Workflow        string          `json:"workflow"`
-	IdempotencyKey  string          `json:"idempotency_key"`
-	Actor           string          `json:"actor"`
-	ObjectRef       string          `json:"object_ref"`
-	ObjectVersion   string          `json:"object_version"`
-	IntendedEffect  string          `json:"intended_effect"`
-	Route           Route           `json:"route"`
-	ReasonCode      string          `json:"reason_code"`
-	Reason          string          `json:"reason"`
-	DomainOutcome   Outcome         `json:"domain_outcome"`
-	Attention       string          `json:"attention,omitempty"`
-	AttentionReason string          `json:"attention_reason,omitempty"`
-	CreatedAt       time.Time       `json:"created_at"`
-	UpdatedAt       time.Time       `json:"updated_at"`
-	Task            *Task           `json:"task,omitempty"`
-	Job             *JobRun         `json:"job,omitempty"`
-	arguments       json.RawMessage // kept for the call, never served
-	requestHash     string
+	ID              string  `json:"id"`
+	Tenant          string  `json:"tenant"`
+	Workflow        string  `json:"workflow"`
+	IdempotencyKey  string  `json:"idempotency_key"`
+	Actor           string  `json:"actor"`
+	ObjectRef       string  `json:"object_ref"`
+	ObjectVersion   string  `json:"object_version"`
+	IntendedEffect  string  `json:"intended_effect"`
+	Route           Route   `json:"route"`
+	ReasonCode      string  `json:"reason_code"`
+	Reason          string  `json:"reason"`
+	DomainOutcome   Outcome `json:"domain_outcome"`
+	Attention       string  `json:"attention,omitempty"`
+	AttentionReason string  `json:"attention_reason,omitempty"`
+	// RouteContext is what sent the operation to its route (rollout.RouteContext), nil before.
+	RouteContext json.RawMessage `json:"route_context,omitempty"`
+	CreatedAt    time.Time       `json:"created_at"`
+	UpdatedAt    time.Time       `json:"updated_at"`
+	Task         *Task           `json:"task,omitempty"`
+	Job          *JobRun         `json:"job,omitempty"`
+	arguments    json.RawMessage // kept for the call, never served
+	requestHash  string
 
 	// NeedsPerson is true when the operation has an open question, reconciliation item or
 	// handoff (NeedsPersonSQL).

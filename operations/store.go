@@ -94,15 +94,15 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 		err := tx.QueryRow(ctx, `
 			INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, object_ref,
 				object_version, intended_effect, arguments, route, reason_code, reason, declare_extension, policy_sha256,
-				domain_outcome, call_recorded_at)
+				domain_outcome, call_recorded_at, route_context)
 			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,
 				CASE WHEN $10 = 'reject' THEN 'not_run' ELSE 'pending' END,
-				CASE WHEN $10 IN ('reject', 'handoff') THEN now() END)
+				CASE WHEN $10 IN ('reject', 'handoff') THEN now() END, $15)
 			ON CONFLICT (tenant, workflow, idempotency_key) DO NOTHING
 			RETURNING id`,
 			r.Tenant, r.Workflow, r.IdempotencyKey, in.Hash, r.Actor, r.ObjectRef, r.ObjectVersion,
 			r.IntendedEffect, in.Arguments, in.Decision.Route, in.Decision.ReasonCode, in.Decision.Reason,
-			in.Decision.DeclareExtension, in.PolicySHA).Scan(&id)
+			in.Decision.DeclareExtension, in.PolicySHA, nullJSON(in.Decision.Context)).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			existing = true
 			return nil
@@ -247,7 +247,7 @@ func notFound(id string, err error) error {
 
 const opColumns = `o.id, o.tenant, o.workflow, o.idempotency_key, o.request_sha256, o.actor, o.object_ref,
 	o.object_version, o.intended_effect, o.arguments, o.route, o.reason_code, o.reason, o.domain_outcome,
-	coalesce(o.attention, ''), coalesce(o.attention_reason, ''), o.created_at, o.updated_at,
+	coalesce(o.attention, ''), coalesce(o.attention_reason, ''), o.route_context, o.created_at, o.updated_at,
 	t.operation_id IS NOT NULL, coalesce(t.server, ''), coalesce(t.tool, ''), coalesce(t.era, ''), coalesce(t.task_id, ''),
 	coalesce(t.state, ''), coalesce(t.status_message, ''), coalesce(t.tool_error, false), t.server_created_at, t.server_updated_at,
 	t.requested_ttl_ms, t.ttl_ms, t.poll_interval_ms, t.deadline, t.next_poll_at, coalesce(t.polls, 0), coalesce(t.failure_kind, ''),
@@ -266,7 +266,7 @@ func scanOperation(row pgx.Row) (Operation, error) {
 	var reqTTL, ttl, poll *int64
 	if err := row.Scan(&o.ID, &o.Tenant, &o.Workflow, &o.IdempotencyKey, &o.requestHash, &o.Actor, &o.ObjectRef,
 		&o.ObjectVersion, &o.IntendedEffect, &o.arguments, &o.Route, &o.ReasonCode, &o.Reason, &o.DomainOutcome,
-		&o.Attention, &o.AttentionReason, &o.CreatedAt, &o.UpdatedAt,
+		&o.Attention, &o.AttentionReason, &o.RouteContext, &o.CreatedAt, &o.UpdatedAt,
 		&hasTask, &t.Server, &t.Tool, &t.Era, &t.TaskID, &t.State, &t.StatusMessage, &t.ToolError, &t.ServerCreatedAt, &t.ServerUpdatedAt,
 		&reqTTL, &ttl, &poll, &t.Deadline, &t.NextPollAt, &t.Polls, &t.FailureKind,
 		&t.ResultState, &t.CancelRequested, &t.CancelBy, &t.CancelAcked, &t.TerminalAt,

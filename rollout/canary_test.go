@@ -153,6 +153,11 @@ func TestCanaryFlagSameOnEveryReplica(t *testing.T) {
 		}
 		if want {
 			inside++
+			got, _ := routers[0].Route(c.ctx, "refund", tenant)
+			words := fmt.Sprintf("canary step 2 of 2 (50%%) · flag rollout-canary.refund: task · bucket %d", got.Input.Bucket)
+			if w := got.Context().Words(); w != words {
+				t.Fatalf("route context %q, want %q", w, words)
+			}
 		}
 	}
 	if inside < 110 || inside > 190 {

@@ -2,9 +2,11 @@ package rollout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,6 +169,95 @@ type Routed struct {
 	Shadow *Decision `json:"shadow,omitempty"`
 	// At is when the decision was made.
 	At time.Time `json:"at"`
+	// Step is the canary step index in force (see State.Step).
+	Step int `json:"step"`
+	// Steps is how many canary steps the workflow's plan has.
+	Steps int `json:"steps"`
+}
+
+// RouteContext is what sent one operation to its route, kept on its ledger row: the stage,
+// the canary step and percent, the flag that placed the tenant and the tenant's bucket.
+type RouteContext struct {
+	Stage      Stage `json:"stage"`
+	FromPolicy bool  `json:"fromPolicy,omitempty"`
+	// Step is the canary step, counted from 1 (0 outside the canary), of Steps.
+	Step    int `json:"step,omitempty"`
+	Steps   int `json:"steps,omitempty"`
+	Percent int `json:"percent"`
+	// Flag is the flag whose answer placed the tenant: the canary flag in the canary stage, the
+	// kill switch's flag when a switch blocked the start; Variant is its answer.
+	Flag    string `json:"flag,omitempty"`
+	Variant string `json:"variant,omitempty"`
+	// Bucket is the tenant's canary bucket, 0-99.
+	Bucket int `json:"bucket"`
+	// ShadowRoute is, in shadow, the route the Task route would have taken.
+	ShadowRoute Route `json:"shadowRoute,omitempty"`
+}
+
+// Context returns the decision's rollout context.
+func (r Routed) Context() RouteContext {
+	c := RouteContext{Stage: r.Input.Stage, FromPolicy: r.StageFromPolicy, Bucket: r.Input.Bucket}
+	switch r.Input.Stage {
+	case StageCanary:
+		c.Step, c.Steps, c.Percent = r.Step+1, r.Steps, r.Input.CanaryPercent
+		c.Flag, c.Variant = r.Input.CanaryFlag, r.Input.CanaryVariant
+		if c.Flag == "" {
+			c.Variant = CanaryIncumbent
+			if InCanary(r.Input.Bucket, r.Input.CanaryPercent) {
+				c.Variant = CanaryTask
+			}
+		}
+	case StageFull:
+		c.Percent = 100
+	}
+	if r.Input.KillSwitch {
+		c.Flag, c.Variant = "new-task-starts", r.Input.KillSwitchName
+	}
+	if r.Shadow != nil {
+		c.ShadowRoute = r.Shadow.Route
+	}
+	return c
+}
+
+// JSON is the context as stored on the operation's row.
+func (c RouteContext) JSON() json.RawMessage {
+	b, _ := json.Marshal(c)
+	return b
+}
+
+// Words says the context for a row: "canary step 2 of 5 (25%) · flag rollout-canary.refund:
+// task · bucket 17".
+func (c RouteContext) Words() string {
+	var parts []string
+	switch c.Stage {
+	case StageCanary:
+		parts = append(parts, fmt.Sprintf("canary step %d of %d (%d%%)", c.Step, c.Steps, c.Percent))
+	case StageShadow:
+		s := "shadow"
+		if c.ShadowRoute != "" {
+			s += ", Task route would go " + string(c.ShadowRoute)
+		}
+		parts = append(parts, s)
+	case "":
+	default:
+		parts = append(parts, string(c.Stage))
+	}
+	if c.FromPolicy && c.Stage != "" {
+		parts[0] += " (policy file)"
+	}
+	if c.Flag != "" {
+		f := "flag " + c.Flag
+		if c.Variant != "" {
+			f += ": " + c.Variant
+		}
+		parts = append(parts, f)
+	} else if c.Stage == StageCanary && c.Variant != "" {
+		parts = append(parts, "percent: "+c.Variant)
+	}
+	if c.Stage == StageCanary || c.Stage == StageShadow {
+		parts = append(parts, fmt.Sprintf("bucket %d", c.Bucket))
+	}
+	return strings.Join(parts, " · ")
 }
 
 // Route decides the route of an operation of workflow for tenant right now.
@@ -188,6 +279,7 @@ func (r *Router) Route(ctx context.Context, workflow, tenant string) (Routed, er
 		return out, fmt.Errorf("route %s: %w", workflow, err)
 	}
 	in := Input{Workflow: *w, Stage: st.Stage, CanaryPercent: st.CanaryPercent, Bucket: Bucket(w.Name, tenant)}
+	out.Step, out.Steps = st.Step, len(w.Plan().Steps)
 	if r.cfg.Canary != nil && st.Stage == StageCanary {
 		if v, ok := r.cfg.Canary.CanaryVariant(w.Name, tenant); ok {
 			in.CanaryFlag, in.CanaryVariant = CanaryFlagKey(w.Name), v

@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -185,7 +186,8 @@ func setupShadow(t *testing.T, extra, workflow string) *shadowBed {
 			if err != nil {
 				return operations.Decision{}, err
 			}
-			return operations.Decision{Route: operations.Route(r.Decision.Route), ReasonCode: string(r.Decision.Reason), Reason: r.Decision.Sentence}, nil
+			return operations.Decision{Route: operations.Route(r.Decision.Route), ReasonCode: string(r.Decision.Reason), Reason: r.Decision.Sentence,
+				Context: r.Context().JSON()}, nil
 		})}); err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +215,13 @@ func (sb *shadowBed) start(t *testing.T, ctx context.Context, workflow, key, arg
 	}
 	if d.ReasonCode != string(rollout.ReasonShadow) || d.Route == operations.RouteTask {
 		t.Fatalf("%s went %s (%s), want the incumbent in shadow", key, d.Route, d.ReasonCode)
+	}
+	// The ledger row keeps what sent it there.
+	var rc rollout.RouteContext
+	if err := json.Unmarshal(d.RouteContext, &rc); err != nil || rc.Stage != rollout.StageShadow || rc.ShadowRoute != rollout.RouteTask ||
+		rc.Bucket != rollout.Bucket(workflow, "acme") ||
+		rc.Words() != fmt.Sprintf("shadow, Task route would go task · bucket %d", rollout.Bucket(workflow, "acme")) {
+		t.Fatalf("%s route context %s: %+v %v", key, d.RouteContext, rc, err)
 	}
 	return res.Response.OperationID
 }

@@ -20,6 +20,8 @@ type State struct {
 	Stage Stage `json:"stage"`
 	// CanaryPercent is the share of buckets inside the canary (used in the canary stage).
 	CanaryPercent int `json:"canaryPercent"`
+	// Step is the index into the plan's canary steps (set by the controller's moves).
+	Step int `json:"step"`
 	// FromPolicy is true when no operator has set the stage: the policy file's default applies.
 	FromPolicy bool `json:"fromPolicy"`
 	// PromotionPausedReason is why promotion is paused ("" = not paused), e.g. a manifest change.
@@ -55,8 +57,8 @@ func (s *Store) Get(ctx context.Context, workflow string) (State, error) {
 	var stage *string
 	var pct *int
 	var pausedAt *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT stage, canary_percent, promotion_paused_reason, promotion_paused_at, updated_by, updated_at
-		FROM workflow_rollouts WHERE workflow = $1`, workflow).Scan(&stage, &pct, &st.PromotionPausedReason, &pausedAt, &st.UpdatedBy, &st.UpdatedAt)
+	err := s.pool.QueryRow(ctx, `SELECT stage, canary_percent, step, promotion_paused_reason, promotion_paused_at, updated_by, updated_at
+		FROM workflow_rollouts WHERE workflow = $1`, workflow).Scan(&stage, &pct, &st.Step, &st.PromotionPausedReason, &pausedAt, &st.UpdatedBy, &st.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, nil
 	}

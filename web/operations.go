@@ -56,6 +56,8 @@ type OpRow struct {
 	Mismatch               bool
 	Elapsed, ExpiresIn     string
 	RouteWords             string
+	// RolloutWords is the stage, step, flag and bucket that sent it to its route (rule 10).
+	RolloutWords string
 }
 
 func (s *Server) opRow(op operations.Operation, now time.Time) OpRow {
@@ -64,7 +66,7 @@ func (s *Server) opRow(op operations.Operation, now time.Time) OpRow {
 	return OpRow{Op: op, Server: server, Tool: tool, Args: strings.Join(op.ArgumentNames(), ", "),
 		StateWords: stateWords(st, te), StateTone: stateTone(st, te),
 		OutcomeWords: outcomeWords(op.DomainOutcome), OutcomeT: opOutcomeTone(op.DomainOutcome), Mismatch: op.Mismatch(),
-		Elapsed: opElapsed(op, now), ExpiresIn: opExpiresIn(op, now), RouteWords: routeWords(op)}
+		Elapsed: opElapsed(op, now), ExpiresIn: opExpiresIn(op, now), RouteWords: routeWords(op), RolloutWords: rolloutWords(op)}
 }
 
 // opFilter reads the list's filters from the query.

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -128,6 +129,19 @@ func routeWords(op operations.Operation) string {
 		return w
 	}
 	return strings.ReplaceAll(op.ReasonCode, "_", " ")
+}
+
+// rolloutWords says which stage, step, flag and bucket sent the operation to its route (rule
+// 10), "" when the row has no rollout context.
+func rolloutWords(op operations.Operation) string {
+	if len(op.RouteContext) == 0 {
+		return ""
+	}
+	var c rollout.RouteContext
+	if json.Unmarshal(op.RouteContext, &c) != nil {
+		return ""
+	}
+	return c.Words()
 }
 
 // eraShort names an era in a few characters.

@@ -173,3 +173,34 @@ func TestRolloutsPageListsShadowComparisons(t *testing.T) {
 		t.Fatalf("JSON %d: %s", res.StatusCode, jbody)
 	}
 }
+
+// CONSOLE.md rule 10: every operation row, and the operation's page, say which stage, step,
+// flag and bucket sent it to its route.
+func TestOperationRowsSayTheirRolloutContext(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	id := e.start(t, "acme", "refund", "1042", `{"outcome": "hang"}`)
+	other := e.start(t, "acme", "refund", "1043", `{"outcome": "hang"}`)
+	rc := rollout.RouteContext{Stage: rollout.StageCanary, Step: 2, Steps: 5, Percent: 25, Flag: rollout.CanaryFlagKey("refund"),
+		Variant: rollout.CanaryTask, Bucket: 17}
+	if _, err := e.pool.Exec(t.Context(), `UPDATE operations SET route_context = $2 WHERE id = $1`, id, rc.JSON()); err != nil {
+		t.Fatal(err)
+	}
+	const words = "canary step 2 of 5 (25%) · flag rollout-canary.refund: task · bucket 17"
+	_, body := e.do(t, "operator", "GET", "/operations", nil)
+	row := body[strings.Index(body, id):]
+	if j := strings.Index(row, "</tr>"); j > 0 {
+		row = row[:j]
+	}
+	if !strings.Contains(row, `data-testid="route-context">`+words+"<") {
+		t.Fatalf("the row of %s does not say its rollout context:\n%s", id, row)
+	}
+	orow := body[strings.Index(body, other):]
+	if j := strings.Index(orow, "</tr>"); j > 0 && strings.Contains(orow[:j], "route-context") {
+		t.Error("a row without a rollout context shows one")
+	}
+	_, page := e.do(t, "operator", "GET", "/operations/"+id, nil)
+	if !strings.Contains(page, `data-testid="route-context">`+words+"<") {
+		t.Fatalf("the operation page does not say its rollout context")
+	}
+}

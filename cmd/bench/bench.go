@@ -377,7 +377,7 @@ func routerFunc(router *rollout.Router) operations.Router {
 		}
 		d := r.Decision
 		return operations.Decision{Route: operations.Route(d.Route), ReasonCode: string(d.Reason), Reason: d.Sentence,
-			DeclareExtension: d.DeclareExtension}, nil
+			DeclareExtension: d.DeclareExtension, Context: r.Context().JSON()}, nil
 	})
 }
 

@@ -185,7 +185,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			}
 			d := r.Decision
 			return operations.Decision{Route: operations.Route(d.Route), ReasonCode: string(d.Reason), Reason: d.Sentence,
-				DeclareExtension: d.DeclareExtension}, nil
+				DeclareExtension: d.DeclareExtension, Context: r.Context().JSON()}, nil
 		})})
 	if err != nil {
 		return err
