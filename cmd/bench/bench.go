@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/internal/pgcluster"
 	"github.com/taskgate/taskgate/killswitch"
@@ -148,6 +149,10 @@ type StartFigures struct {
 	CapMaxInFlight   int     `json:"cap_max_in_flight"`
 	CapRefused       int64   `json:"cap_refused"`
 	StatementsPerRun float64 `json:"statements_per_start,omitempty"`
+	// UncachedPerS and UncachedStatements are the capped start with a router that reads its
+	// inputs (stage, manifest status) for every decision: the figures before the cache.
+	UncachedPerS       float64 `json:"uncached_router_tasks_per_s"`
+	UncachedStatements float64 `json:"uncached_router_statements_per_start"`
 }
 
 // WatchFigures are the durable watcher's.
@@ -198,8 +203,24 @@ type env struct {
 	flags    *killswitch.Service
 	servers  *operations.Servers
 	ops      *operations.Service
+	// uncached is the start path with a router that reads its inputs for every decision.
+	uncached *operations.Service
 	keys     atomic.Int64
+	// stopListen ends the change listener (it holds a connection of the pool).
+	stopListen context.CancelFunc
+	// statements counts what the bench's pool sends to PostgreSQL.
+	statements statementCounter
 }
+
+// statementCounter counts the statements sent on a pool (BEGIN and COMMIT included).
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // benchPolicy: %[1]s is the MCP URL. bench_capped runs under a concurrency cap, bench_open
 // without one, bench_sync never uses a Task, bench_watch is watched.
@@ -310,6 +331,7 @@ func (e *env) setup(ctx context.Context) error {
 	}
 	cfg.ConnConfig.Database = name
 	cfg.MaxConns = 24
+	cfg.ConnConfig.Tracer = &e.statements
 	e.dbURL, e.dbName = admin, name
 	if e.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return err
@@ -357,15 +379,33 @@ func (e *env) setup(ctx context.Context) error {
 	if e.router, err = e.newRouter(e.pool); err != nil {
 		return err
 	}
+	// As in the console: the change listener publishes the ledger's live changes and keeps the
+	// router's cached inputs fresh.
+	lctx, stop := context.WithCancel(ctx)
+	e.stopListen = stop
+	audit.Listen(lctx, e.pool, e.o.Logger, func(c audit.Change) { e.router.Changed(c.Area) })
 	e.servers = operations.NewServers(operations.ServersConfig{Policy: e.policy, Logger: e.o.Logger})
 	e.ops, err = operations.NewService(operations.Config{Store: operations.NewStore(e.pool), Policy: e.policy, Servers: e.servers,
 		Logger: e.o.Logger, Router: routerFunc(e.router)})
+	if err != nil {
+		return err
+	}
+	uncached, err := rollout.NewRouter(rollout.RouterConfig{Policy: e.policy, Manifests: e.mstore, Stages: rollout.NewStore(e.pool, e.policy),
+		KillSwitch: e.flags, Logger: e.o.Logger})
+	if err != nil {
+		return err
+	}
+	e.uncached, err = operations.NewService(operations.Config{Store: operations.NewStore(e.pool), Policy: e.policy, Servers: e.servers,
+		Logger: e.o.Logger, Router: routerFunc(uncached)})
 	return err
 }
 
+// routeInputsFor is the console's bound on how stale the router's cached inputs may be.
+const routeInputsFor = time.Second
+
 func (e *env) newRouter(pool *pgxpool.Pool) (*rollout.Router, error) {
 	return rollout.NewRouter(rollout.RouterConfig{Policy: e.policy, Manifests: e.mstore, Stages: rollout.NewStore(pool, e.policy),
-		KillSwitch: e.flags, Logger: e.o.Logger})
+		KillSwitch: e.flags, Logger: e.o.Logger, CacheFor: routeInputsFor})
 }
 
 // routerFunc wires the rollout router into the start path as the console does.
@@ -472,6 +512,9 @@ func (e *env) close() {
 			_ = e.rcv.Process.Kill()
 		}
 	}
+	if e.stopListen != nil {
+		e.stopListen()
+	}
 	if e.pool != nil {
 		e.pool.Close()
 	}
@@ -532,9 +575,13 @@ func quantileMs(lat []time.Duration, q float64) float64 {
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
 func (e *env) startOne(workflow string, args string) func(ctx context.Context) error {
+	return e.startWith(e.ops, workflow, args)
+}
+
+func (e *env) startWith(svc *operations.Service, workflow string, args string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		k := e.keys.Add(1)
-		res, err := e.ops.Start(ctx, operations.Scope{All: true}, operations.StartRequest{IdempotencyKey: "bench-" + strconv.FormatInt(k, 10),
+		res, err := svc.Start(ctx, operations.Scope{All: true}, operations.StartRequest{IdempotencyKey: "bench-" + strconv.FormatInt(k, 10),
 			Workflow: workflow, Tenant: []string{"acme", "globex"}[k%2], Actor: "app:bench", ObjectRef: "bench " + strconv.FormatInt(k, 10),
 			Arguments: []byte(args)})
 		if err != nil {
@@ -572,9 +619,18 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 	if err := e.startOne("bench_capped", longWork)(ctx); err != nil {
 		return fmt.Errorf("first start: %w", err)
 	}
+	before := e.statements.n.Load()
 	rate, lat, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_capped", longWork))
 	if rate == 0 {
 		return fmt.Errorf("no start succeeded: %v", ferr)
+	}
+	// Statements per start, the change publisher's and the prober's included (a few a second).
+	res.Start.StatementsPerRun = round2(float64(e.statements.n.Load()-before) / (rate * e.o.Phase.Seconds()))
+	before = e.statements.n.Load()
+	unc, _, errs4, _ := load(ctx, e.o.Clients, e.o.Phase, e.startWith(e.uncached, "bench_capped", longWork))
+	if unc > 0 {
+		res.Start.UncachedPerS = round2(unc)
+		res.Start.UncachedStatements = round2(float64(e.statements.n.Load()-before) / (unc * e.o.Phase.Seconds()))
 	}
 	un, _, errs2, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_open", longWork))
 	sy, slat, errs3, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_sync", `{}`))
@@ -582,7 +638,7 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 	s.InsertsPerS, s.TasksPerS, s.Ratio = round2(ins), round2(rate), round2(rate/ins)
 	s.P50Ms, s.P99Ms = quantileMs(lat, 0.50), quantileMs(lat, 0.99)
 	s.UncappedPerS, s.SyncPerS, s.SyncRatio, s.SyncP99Ms = round2(un), round2(sy), round2(sy/ins), quantileMs(slat, 0.99)
-	s.Errors = errs + errs2 + errs3
+	s.Errors = errs + errs2 + errs3 + errs4
 	return nil
 }
 
@@ -726,6 +782,8 @@ func printTable(w io.Writer, r *Results) {
 	row("start.ratio", s.Ratio, "target >= 0.35")
 	row("start.p99_ms", s.P99Ms, "target <= 50")
 	row("start.uncapped_tasks_per_s", s.UncappedPerS, "")
+	row("start.statements_per_start", s.StatementsPerRun, "capped, router inputs from memory")
+	row("start.uncached_router_tasks_per_s", s.UncachedPerS, fmt.Sprintf("router reading its inputs per start: %.1f statements", s.UncachedStatements))
 	row("start.sync_ratio", s.SyncRatio, fmt.Sprintf("%.0f sync starts/s", s.SyncPerS))
 	row("start.scale_ratio", s.ScaleRatio, fmt.Sprintf("%.0f/s at %d operations; target >= 0.9", s.ScaleTasksPerS, r.Scale.Operations))
 	row("start.cap_max_in_flight", s.CapMaxInFlight, fmt.Sprintf("cap %d, %d refused; exceeded=%v", s.CapLimit, s.CapRefused, s.CapExceeded))

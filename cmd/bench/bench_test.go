@@ -44,6 +44,10 @@ func TestSmoke(t *testing.T) {
 	if r.Start.InsertsPerS <= 0 || r.Start.TasksPerS <= 0 || r.Start.ScaleTasksPerS <= 0 || r.Start.SyncPerS <= 0 {
 		t.Errorf("start figures missing: %+v", r.Start)
 	}
+	// The router's inputs come from memory: the reads it saves show in the statements a start sends.
+	if r.Start.StatementsPerRun <= 0 || r.Start.UncachedStatements < r.Start.StatementsPerRun+2 {
+		t.Errorf("statements per start: %.2f with cached route inputs, %.2f without", r.Start.StatementsPerRun, r.Start.UncachedStatements)
+	}
 	if r.Start.CapExceeded || r.Start.CapMaxInFlight > r.Start.CapLimit || r.Start.CapRefused == 0 {
 		t.Errorf("cap: %d in flight of %d, %d refused", r.Start.CapMaxInFlight, r.Start.CapLimit, r.Start.CapRefused)
 	}
