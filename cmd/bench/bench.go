@@ -168,6 +168,8 @@ type WatchFigures struct {
 	BytesPerTask          float64  `json:"bytes_per_task"`
 	WaitForTaskMaxTasks1s *int     `json:"waitfortask_max_tasks_1s"`
 	WaitForTaskCPUMsPoll  *float64 `json:"waitfortask_cpu_ms_per_poll"`
+	// WaitForTaskAmplification is WaitForTask's polls made ÷ polls due at the same task count.
+	WaitForTaskAmplification *float64 `json:"waitfortask_amplification"`
 }
 
 // KillSwitchFigures are the kill switch's.
@@ -275,6 +277,9 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 		return nil, err
 	}
 	if err := step("watch", func() error { return e.watchPhase(ctx, res) }); err != nil {
+		return nil, err
+	}
+	if err := step("waitfortask", func() error { return e.waitForTaskPhase(ctx, res) }); err != nil {
 		return nil, err
 	}
 	if err := step("seed", func() error { return e.seed(ctx) }); err != nil {
@@ -792,6 +797,10 @@ func printTable(w io.Writer, r *Results) {
 	row("watch.amplification", wf.Amplification, fmt.Sprintf("%d polls", wf.Polls))
 	row("watch.cpu_ms_per_observation", wf.CPUMsPerObservation, fmt.Sprintf("console %.3f ms", wf.ConsoleCPUMsPerPoll))
 	row("watch.bytes_per_task", wf.BytesPerTask, "")
+	if wf.WaitForTaskCPUMsPoll != nil && wf.WaitForTaskAmplification != nil {
+		row("watch.waitfortask_cpu_ms_per_poll", *wf.WaitForTaskCPUMsPoll, fmt.Sprintf("mcp-go WaitForTask, %d tasks, amplification %.2f",
+			wf.Tasks, *wf.WaitForTaskAmplification))
+	}
 	row("killswitch.p99_ms", r.KillSwitch.P99Ms, fmt.Sprintf("%d replicas, %d toggles; target <= 50", r.KillSwitch.Replicas, r.KillSwitch.Toggles))
 	row("console.p95_ms", r.Console.P95Ms, "worst page: "+r.Console.WorstPage+"; target <= 50")
 	pages := make([]string, 0, len(r.Console.Pages))

@@ -54,6 +54,9 @@ func TestSmoke(t *testing.T) {
 	if r.Watch.Polls <= 0 || r.Watch.Amplification <= 0 {
 		t.Errorf("watch figures missing: %+v", r.Watch)
 	}
+	if r.Watch.WaitForTaskCPUMsPoll == nil || *r.Watch.WaitForTaskCPUMsPoll <= 0 || r.Watch.WaitForTaskAmplification == nil {
+		t.Errorf("WaitForTask figures missing: %+v", r.Watch)
+	}
 	if r.KillSwitch.Toggles != 3 || r.KillSwitch.P99Ms <= 0 {
 		t.Errorf("kill switch figures: %+v", r.KillSwitch)
 	}
