@@ -32,7 +32,7 @@ const schemaQuestion = `{"type": "object", "title": "Refund <b>details</b>", "de
  },
  "required": ["email", "amount", "count"]}`
 
-func startSchemaQuestion(t *testing.T, b *opstest.Bundle, key string) (string, string) {
+func startSchemaQuestion(t *testing.T, b *opstest.Bundle, key string) (string, string, <-chan int) {
 	t.Helper()
 	args, _ := json.Marshal(map[string]any{"outcome": "input", "input_message": "Refund <i>A-1042</i>?", "input_schema": json.RawMessage(schemaQuestion)})
 	id := b.Start(t, "refund", key, string(args)).Response.OperationID
@@ -41,14 +41,24 @@ func startSchemaQuestion(t *testing.T, b *opstest.Bundle, key string) (string, s
 		d := b.Detail(t, id)
 		return d.Task.State == operations.StateInputRequired && len(d.Inputs) == 1
 	})
-	return id, b.Detail(t, id).Inputs[0].Key
+	return id, b.Detail(t, id).Inputs[0].Key, passes
 }
 
 func TestAnswerAPIRefusesEachRuleAndSendsTheSchemaDefaults(t *testing.T) {
 	t.Parallel()
-	b := opstest.Setup(t, opstest.Options{Era: "extension"})
-	e := newTestEnv(t, func(d *Deps) { d.Operations = b.Ops })
-	id, key := startSchemaQuestion(t, b, "schema-1")
+	for _, era := range []string{"legacy", "extension"} {
+		t.Run(era, func(t *testing.T) {
+			t.Parallel()
+			answerEveryRule(t, era)
+		})
+	}
+}
+
+func answerEveryRule(t *testing.T, era string) {
+	e := newTestEnv(t)
+	b := opstest.Setup(t, opstest.Options{Pool: e.pool, Era: era})
+	e.srv.deps.Operations, e.srv.deps.Policy = b.Ops, b.Policy
+	id, key, passes := startSchemaQuestion(t, b, "schema-1")
 	self := "/api/v1/operations/" + id
 
 	// The question keeps its words, its choices and a copy of the schema.
@@ -109,7 +119,6 @@ func TestAnswerAPIRefusesEachRuleAndSendsTheSchemaDefaults(t *testing.T) {
 	if res.StatusCode != http.StatusAccepted {
 		t.Fatalf("fitting answer: %d %s", res.StatusCode, body)
 	}
-	_, passes := b.Watcher(t, "r2", nil)
 	opstest.WaitFor(t, passes, 10*time.Second, "completed with its result", func() bool {
 		d := b.Detail(t, id)
 		return d.Task.State == operations.StateCompleted && d.Envelope != nil
@@ -129,9 +138,10 @@ func TestAnswerAPIRefusesEachRuleAndSendsTheSchemaDefaults(t *testing.T) {
 
 func TestQuestionFormShowsTheSchemaWordsAndChoicesEscaped(t *testing.T) {
 	t.Parallel()
-	b := opstest.Setup(t, opstest.Options{Era: "extension"})
-	e := newTestEnv(t, func(d *Deps) { d.Operations = b.Ops })
-	id, key := startSchemaQuestion(t, b, "schema-2")
+	e := newTestEnv(t)
+	b := opstest.Setup(t, opstest.Options{Pool: e.pool, Era: "extension"})
+	e.srv.deps.Operations, e.srv.deps.Policy = b.Ops, b.Policy
+	id, key, passes := startSchemaQuestion(t, b, "schema-2")
 	res, body := e.do(t, "operator", "GET", "/operations/"+id, nil)
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("page: %d", res.StatusCode)
@@ -155,6 +165,10 @@ func TestQuestionFormShowsTheSchemaWordsAndChoicesEscaped(t *testing.T) {
 		!strings.Contains(body, `value="EUR" checked`) || !strings.Contains(body, `<option value="true" selected>`) {
 		t.Fatal("the form pre-selects a choice the schema did not default, or misses a default")
 	}
+	if res, body := e.do(t, "operator", "GET", "/inbox", nil); res.StatusCode != http.StatusOK ||
+		!strings.Contains(body, "Refund &lt;b&gt;details&lt;/b&gt;") || !strings.Contains(body, "Gold &lt;script&gt;alert(1)&lt;/script&gt;") {
+		t.Fatalf("inbox: %d, want the question's title and choices escaped", res.StatusCode)
+	}
 	// A form answer breaking a rule is refused naming the field and the rule, and nothing is sent.
 	form := url.Values{"key": {key}, "action": {"accept"}, "field.email": {"a@example.com"}, "field.amount": {"500"}, "field.count": {"1"}}
 	res, body = e.do(t, "operator", "POST", "/operations/"+id+"/input", form)
@@ -166,5 +180,17 @@ func TestQuestionFormShowsTheSchemaWordsAndChoicesEscaped(t *testing.T) {
 	form.Set("field.tier", "gold")
 	if res, _ = e.do(t, "operator", "POST", "/operations/"+id+"/input", form); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("form answer: %d", res.StatusCode)
+	}
+	// The check boxes reach the server as a list, the radio choice as its value, and the
+	// defaulted fields the form left empty as their defaults.
+	opstest.WaitFor(t, passes, 10*time.Second, "completed with its result", func() bool {
+		d := b.Detail(t, id)
+		return d.Task.State == operations.StateCompleted && d.Envelope != nil
+	})
+	preview := b.Detail(t, id).Envelope.Preview
+	for _, want := range []string{`"tags":[`, `"tier":`, `"currency":"EUR"`, `"notify":true`, `"priority":3`} {
+		if !strings.Contains(preview, want) {
+			t.Fatalf("the server did not receive %s: %q", want, preview)
+		}
 	}
 }

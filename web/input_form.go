@@ -146,3 +146,6 @@ func anySelected(opts []formOption) bool {
 	}
 	return false
 }
+
+// inputMessageMax is the longest question message shown: all that is kept.
+const inputMessageMax = operations.MaxInputMessage
