@@ -118,3 +118,63 @@ func TestAnswerCheckFillsOnlyFittingDefaultsAndKeepsTheCallersMap(t *testing.T) 
 		t.Fatalf("a decline is checked: %v %v", out, err)
 	}
 }
+
+// Every primitive shape the 2025-11-25 elicitation schema allows is read with its choices and
+// titles, and an answer is checked against each.
+func TestEveryElicitationShapeIsRead(t *testing.T) {
+	_, _, fields, err := parseRequestedSchema(json.RawMessage(`{"type":"object","properties":{
+		"untitledSingle":{"type":"string","enum":["o1","o2"]},
+		"titledSingle":{"type":"string","oneOf":[{"const":"v1","title":"First"},{"const":"v2","title":"Second"}]},
+		"legacyEnum":{"type":"string","enum":["l1","l2"],"enumNames":["One","Two"]},
+		"untitledMulti":{"type":"array","minItems":1,"maxItems":2,"items":{"type":"string","enum":["m1","m2","m3"]}},
+		"titledMulti":{"type":"array","items":{"anyOf":[{"const":"t1","title":"T one"},{"const":"t2","title":"T two"}]}},
+		"text":{"type":"string","format":"date-time","default":"2026-01-31T09:30:00Z"},
+		"num":{"type":"number","minimum":-1.5},
+		"flag":{"type":"boolean"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]Field{}
+	for _, f := range fields {
+		if f.Unchecked != "" {
+			t.Errorf("%s: %s", f.Name, f.Unchecked)
+		}
+		by[f.Name] = f
+	}
+	for name, want := range map[string]string{
+		"untitledSingle": `[{"value":"o1"},{"value":"o2"}]`,
+		"titledSingle":   `[{"value":"v1","title":"First"},{"value":"v2","title":"Second"}]`,
+		"legacyEnum":     `[{"value":"l1","title":"One"},{"value":"l2","title":"Two"}]`,
+		"untitledMulti":  `[{"value":"m1"},{"value":"m2"},{"value":"m3"}]`,
+		"titledMulti":    `[{"value":"t1","title":"T one"},{"value":"t2","title":"T two"}]`,
+	} {
+		got, _ := json.Marshal(by[name].Choices)
+		if string(got) != want {
+			t.Errorf("%s choices %s, want %s", name, got, want)
+		}
+	}
+	if !by["untitledMulti"].Multiple || !by["titledMulti"].Multiple || by["titledSingle"].Multiple || *by["untitledMulti"].MaxItems != 2 {
+		t.Errorf("multi-selects: %+v %+v", by["untitledMulti"], by["titledMulti"])
+	}
+	accept := func(c map[string]any) error {
+		_, err := checkAnswer(fields, mcpclient.InputResponse{Action: mcpclient.ActionAccept, Content: c})
+		return err
+	}
+	if err := accept(map[string]any{"untitledSingle": "o2", "titledSingle": "v1", "legacyEnum": "l2", "untitledMulti": []any{"m1", "m3"},
+		"titledMulti": []string{"t2"}, "num": -1.5, "flag": false}); err != nil {
+		t.Fatalf("a fitting answer was refused: %v", err)
+	}
+	for field, c := range map[string]map[string]any{
+		"titledSingle":  {"titledSingle": "First"}, // a title is not a value
+		"legacyEnum":    {"legacyEnum": "One"},
+		"untitledMulti": {"untitledMulti": []any{}},
+		"titledMulti":   {"titledMulti": []any{"t3"}},
+		"num":           {"num": -2},
+		"text":          {"text": "tomorrow"},
+	} {
+		var ae *AnswerError
+		if err := accept(c); !errors.As(err, &ae) || ae.Field != field {
+			t.Errorf("%v: %v, want a refusal naming %s", c, err, field)
+		}
+	}
+}
