@@ -95,6 +95,32 @@ func TestInjectedFaultsInTheCanaryPauseTheRollout(t *testing.T) {
 	if _, again, _ := c.Watch(ctx, "digest"); again {
 		t.Fatal("a paused rollout paused again")
 	}
+	// The charts' series cuts the same window into intervals measured by the same query: the
+	// intervals add up to the analysis.
+	a, err = c.Analyze(ctx, "digest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := c.Series(ctx, "digest", 6)
+	if err != nil || len(sr.Points) != 6 || sr.Since.Sub(a.Since).Abs() > time.Second {
+		t.Fatalf("series: %v %+v", err, sr)
+	}
+	var sum [2]rollout.Side
+	for _, p := range sr.Points {
+		for i, s := range []rollout.Side{p.Incumbent, p.Canary} {
+			sum[i].Operations += s.Operations
+			sum[i].Failed += s.Failed
+			sum[i].Unknown += s.Unknown
+			if s.Operations > 0 && s.UnknownRate != float64(s.Unknown)/float64(s.Operations) {
+				t.Fatalf("interval %s: unknown rate %v of %d/%d", p.Start, s.UnknownRate, s.Unknown, s.Operations)
+			}
+		}
+	}
+	for i, want := range []rollout.Side{a.Incumbent, a.Canary} {
+		if sum[i].Operations != want.Operations || sum[i].Failed != want.Failed || sum[i].Unknown != want.Unknown {
+			t.Fatalf("side %d: intervals add up to %+v, the analysis says %+v", i, sum[i], want)
+		}
+	}
 }
 
 const briefWorkflow = `

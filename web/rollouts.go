@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -23,6 +25,8 @@ type RolloutRow struct {
 	// divergence.
 	Shadow   []rollout.Comparison
 	Diverged int
+	// Charts draw the canary beside the incumbent per interval of the analysis window.
+	Charts []RolloutChart
 }
 
 // RolloutConfirm is the confirmation of a move: what will change and for how many tenants.
@@ -78,7 +82,12 @@ func (s *Server) renderRollouts(w http.ResponseWriter, r *http.Request, status i
 			s.serverError(w, r, err)
 			return
 		}
-		row := RolloutRow{Status: st, Analysis: a, Drain: d, Shadow: cs}
+		sr, err := s.deps.Rollouts.Series(r.Context(), wf.Name, 12)
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		row := RolloutRow{Status: st, Analysis: a, Drain: d, Shadow: cs, Charts: rolloutCharts(sr)}
 		for _, c := range cs {
 			if len(c.Divergences) > 0 || c.Error != "" {
 				row.Diverged++
@@ -208,4 +217,82 @@ func orDash(s string) string {
 		return "—"
 	}
 	return s
+}
+
+// ChartDot is one measured interval of one side on a chart.
+type ChartDot struct {
+	// I is the interval's index in the series; X and Y place it in the SVG.
+	I    int
+	X, Y string
+	// Value is the rate (0-1) drawn; Count and Ops are the figures it is made of.
+	Value      float64
+	Count, Ops int
+	Label      string
+}
+
+// ChartLine is one side's line on a chart.
+type ChartLine struct {
+	Side, Class string
+	Points      string
+	Dots        []ChartDot
+}
+
+// RolloutChart is a small server-rendered SVG of one rate, the canary beside the incumbent.
+type RolloutChart struct {
+	Metric, Title string
+	W, H          int
+	Lines         []ChartLine
+	// From and To label the time axis.
+	From, To string
+}
+
+const rchartW, rchartH, rchartPad = 240, 64, 6
+
+// rolloutCharts draws the failure and unknown-outcome rates of each interval of sr, for the
+// canary and the incumbent; an interval without operations on a side has no dot on that side.
+func rolloutCharts(sr rollout.Series) []RolloutChart {
+	n := len(sr.Points)
+	if n == 0 {
+		return nil
+	}
+	type metric struct {
+		key, title string
+		value      func(rollout.Side) (float64, int)
+	}
+	metrics := []metric{
+		{"failure", "Failure rate", func(s rollout.Side) (float64, int) { return s.FailureRate, s.Failed }},
+		{"unknown", "Unknown-outcome rate", func(s rollout.Side) (float64, int) { return s.UnknownRate, s.Unknown }},
+	}
+	var out []RolloutChart
+	for _, m := range metrics {
+		c := RolloutChart{Metric: m.key, Title: m.title, W: rchartW, H: rchartH,
+			From: sr.Since.UTC().Format("15:04"), To: sr.Since.Add(time.Duration(n) * sr.Width).UTC().Format("15:04")}
+		for _, side := range []string{"canary", "incumbent"} {
+			l := ChartLine{Side: side, Class: "chart-" + side}
+			var pts []string
+			for i, p := range sr.Points {
+				s := p.Incumbent
+				if side == "canary" {
+					s = p.Canary
+				}
+				if s.Operations == 0 {
+					continue
+				}
+				v, count := m.value(s)
+				x := float64(rchartPad)
+				if n > 1 {
+					x += float64(i) * float64(rchartW-2*rchartPad) / float64(n-1)
+				}
+				y := float64(rchartH-rchartPad) - v*float64(rchartH-2*rchartPad)
+				d := ChartDot{I: i, X: strconv.FormatFloat(x, 'f', 1, 64), Y: strconv.FormatFloat(y, 'f', 1, 64), Value: v, Count: count, Ops: s.Operations,
+					Label: fmt.Sprintf("%s from %s: %s %s (%d of %d)", side, p.Start.UTC().Format("15:04:05"), strings.ToLower(m.title), pct(v), count, s.Operations)}
+				l.Dots = append(l.Dots, d)
+				pts = append(pts, d.X+","+d.Y)
+			}
+			l.Points = strings.Join(pts, " ")
+			c.Lines = append(c.Lines, l)
+		}
+		out = append(out, c)
+	}
+	return out
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +204,71 @@ func TestOperationRowsSayTheirRolloutContext(t *testing.T) {
 	_, page := e.do(t, "operator", "GET", "/operations/"+id, nil)
 	if !strings.Contains(page, `data-testid="route-context">`+words+"<") {
 		t.Fatalf("the operation page does not say its rollout context")
+	}
+}
+
+// TestRolloutChartsMatchTheAnalysis: the Rollouts page's charts draw, for the canary and the
+// incumbent, each interval's failure and unknown-outcome rate; every figure on them (rate,
+// count, operations, interval) is the analysis query's.
+func TestRolloutChartsMatchTheAnalysis(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	c := withRollouts(t, e)
+	ctx := t.Context()
+	for i, op := range []struct{ route, outcome string }{
+		{"task", "unknown"}, {"task", "unknown"}, {"task", "applied"}, {"task", "pending"},
+		{"sync", "applied"}, {"sync", "not_applied"}, {"sync", "applied"},
+	} {
+		if _, err := e.pool.Exec(ctx, `INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, route, reason_code, reason, domain_outcome)
+			VALUES ('acme', 'refund', $1, 'x', 'app', $2, 'test', 'test', $3)`, fmt.Sprint("c-", i), op.route, op.outcome); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, body := e.do(t, "viewer", http.MethodGet, "/rollouts", nil)
+	sec := body[strings.Index(body, `data-testid="rollout-refund"`):]
+	sec = sec[:strings.Index(sec, "</section>")]
+	sr, err := c.Series(ctx, "refund", 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Analyze(ctx, "refund")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Canary.Operations != 4 || a.Canary.Unknown != 2 || a.Incumbent.Operations != 3 || a.Incumbent.Failed != 1 {
+		t.Fatalf("analysis %+v", a)
+	}
+	dot := regexp.MustCompile(`data-testid="chart-dot" data-side="(\w+)" data-i="(\d+)" data-value="([0-9.]+)" data-count="(\d+)" data-ops="(\d+)"`)
+	for _, metric := range []string{"failure", "unknown"} {
+		chart := sec[strings.Index(sec, `data-testid="chart-`+metric+`"`):]
+		chart = chart[:strings.Index(chart, "</figure>")]
+		ops := map[string]int{}
+		dots := dot.FindAllStringSubmatch(chart, -1)
+		if len(dots) == 0 {
+			t.Fatalf("%s chart has no dots:\n%s", metric, chart)
+		}
+		for _, m := range dots {
+			i, _ := strconv.Atoi(m[2])
+			p := sr.Points[i]
+			s := p.Incumbent
+			if m[1] == "canary" {
+				s = p.Canary
+			}
+			v, count := s.FailureRate, s.Failed
+			if metric == "unknown" {
+				v, count = s.UnknownRate, s.Unknown
+			}
+			if m[3] != strconv.FormatFloat(v, 'f', 4, 64) || m[4] != strconv.Itoa(count) || m[5] != strconv.Itoa(s.Operations) {
+				t.Errorf("%s %s interval %d: chart says %s (%s of %s), the analysis %v (%d of %d)", metric, m[1], i, m[3], m[4], m[5], v, count, s.Operations)
+			}
+			n, _ := strconv.Atoi(m[5])
+			ops[m[1]] += n
+		}
+		if ops["canary"] != a.Canary.Operations || ops["incumbent"] != a.Incumbent.Operations {
+			t.Errorf("%s chart covers %v operations, the analysis canary %d, incumbent %d", metric, ops, a.Canary.Operations, a.Incumbent.Operations)
+		}
+	}
+	if !strings.Contains(sec, "unknown-outcome rate 50.0% (2 of 4)") || !strings.Contains(sec, "failure rate 33.3% (1 of 3)") {
+		t.Errorf("the dots' titles do not say the figures:\n%s", sec)
 	}
 }
