@@ -211,6 +211,9 @@ func (o *Options) normalize() error {
 		o.HTTPClient = sharedHTTPClient()
 	}
 	o.HTTPClient = withBackpressure(o.HTTPClient, o.MaxRetryAfter) // this Conn's own Retry-After wait
+	// A server's redirect is never followed: following one would send the requests, the session
+	// and the bearer token to wherever its Location points.
+	o.HTTPClient.CheckRedirect = refuseRedirect
 	if o.InputWait <= 0 {
 		o.InputWait = 10 * time.Minute
 	}

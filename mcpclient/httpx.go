@@ -36,6 +36,14 @@ func NewHTTPClient(maxPerHost int) *http.Client {
 	return &http.Client{Transport: t}
 }
 
+// ErrRedirect: the server answered with a redirect, which is not followed.
+var ErrRedirect = errors.New("mcpclient: the server answered with a redirect; redirects are not followed")
+
+// refuseRedirect is every Conn's CheckRedirect: the MCP endpoint is the configured URL only.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("%w (to %s://%s)", ErrRedirect, req.URL.Scheme, req.URL.Host)
+}
+
 // readSSE reads a text/event-stream and calls onData with each event's data
 // until the stream ends (io.EOF returned as nil) or onData returns stop=true.
 // Lines longer than maxLine fail the read.
