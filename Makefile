@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 TESTFLAGS ?= -count=1 -timeout 25m
 
-.PHONY: help run test generate verify lint bench fuzz soak
+.PHONY: help run test generate verify lint vuln bench fuzz soak
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,21 @@ lint: ## static checks: go vet, gofmt and golangci-lint (gosec, staticcheck, err
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); test -z "$$out" || (echo "not gofmt'd: $$out" && exit 1)
 	$(GOLANGCI_LINT) run $(PKGS)
+
+# govulncheck with the Go vulnerability database as the golang.org/x/vulndb module (its OSV
+# files) from the Go module proxy, indexed here by the database's own indexdb, so the scan needs
+# no other host. A called vulnerability fails unless .govulncheck-accepted names it with why.
+VULNDB_VERSION ?= v0.0.0-20261105234957-e22db6528018
+VULNDB_DIR     ?= $(CURDIR)/.taskgate/vulndb-$(VULNDB_VERSION)
+GOVULNCHECK    ?= $(GO) run golang.org/x/vuln/cmd/govulncheck@v1.9.0
+
+vuln: ## govulncheck against the vulnerability database module; fails on a called vulnerability not accepted in .govulncheck-accepted
+	@test -f $(VULNDB_DIR)/index/db.json || { \
+	  src=$$(GOFLAGS=-mod=mod $(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	  test -d "$$src/data/osv" || { echo "golang.org/x/vulndb@$(VULNDB_VERSION) has no data/osv"; exit 1; }; \
+	  GOFLAGS=-mod=mod $(GO) run golang.org/x/vulndb/cmd/indexdb@$(VULNDB_VERSION) -vulns "$$src/data/osv" -out $(VULNDB_DIR); }
+	$(GOVULNCHECK) -db file://$(VULNDB_DIR) -format json $(PKGS) > $(VULNDB_DIR).scan.json
+	$(GO) run ./scripts/vulncheck -accept .govulncheck-accepted < $(VULNDB_DIR).scan.json
 
 bench: ## run the benchmark program against a private PostgreSQL and the reference receiver (BENCH=quick: 100,000 operations); writes bench.json
 	BENCH=$(BENCH) $(GO) run ./cmd/bench -out bench.json
