@@ -49,6 +49,9 @@ type Result struct {
 	Cancels          int64
 	AfterDeadline    int // tasks read with tasks/get more than a second after their deadline
 	Takeovers        int
+	FailSafe         int     // Task starts rejected kill_switch_unknown (the kill switch unreadable)
+	FailSafeAfter    int     // of those, created within a minute after the outage ended
+	FailSafeLastS    float64 // the last of those, seconds after the outage ended
 	TakeoverP50Ms    float64
 	TakeoverP99Ms    float64
 	TakeoverMissed   int
@@ -300,6 +303,13 @@ func (w *world) check(ctx context.Context, t *traffic, states []rcvState, crashe
 		if !outFrom.IsZero() && r.created.After(outFrom) && r.created.Before(outTo) {
 			res.StartedInOutage++
 		}
+		if r.reason == "kill_switch_unknown" {
+			res.FailSafe++
+			if after := r.created.Sub(outTo); !outTo.IsZero() && after >= 0 && after < time.Minute {
+				res.FailSafeAfter++
+				res.FailSafeLastS = max(res.FailSafeLastS, math.Round(after.Seconds()*10)/10)
+			}
+		}
 	}
 	t.mu.Lock()
 	for _, s := range t.ops {
@@ -440,7 +450,7 @@ func (r *Result) print(w io.Writer) {
 		return "ok"
 	}
 	fmt.Fprintf(w, "\nTaskgate soak (%s of traffic, seed %d)\n", r.Duration, r.Seed)
-	row := func(check, value, verdict string) { fmt.Fprintf(w, "  %-52s %-28s %s\n", check, value, verdict) }
+	row := func(check, value, verdict string) { fmt.Fprintf(w, "  %-56s %-28s %s\n", check, value, verdict) }
 	row("operations (by route)", fmt.Sprint(r.Operations), strings.Join(routes, ", "))
 	row("  by workflow", "", joinCounts(r.ByWorkflow))
 	row("  by end", "", joinCounts(r.ByEnd))
@@ -452,6 +462,8 @@ func (r *Result) print(w io.Writer) {
 	row("receiver restarts (tasks vanish)", fmt.Sprint(r.ReceiverRestarts), ok(r.ReceiverRestarts == 0))
 	row("PostgreSQL outage", fmt.Sprintf("%.1fs, %d answers 503", r.OutageS, r.Outage503), ok(r.OutageS == 0))
 	row("operations created during the outage", fmt.Sprint(r.StartedInOutage), ok(r.StartedInOutage > 0))
+	row("Task starts blocked: kill switch unreadable (fail-safe)", fmt.Sprint(r.FailSafe),
+		fmt.Sprintf("%d within a minute after the outage, the last %.1fs after it", r.FailSafeAfter, r.FailSafeLastS))
 	row("tools/call received / keys repeated", fmt.Sprintf("%d / %d", r.ToolCalls, r.Repeated), ok(r.Repeated > 0))
 	row("effects applied / duplicates", fmt.Sprintf("%d / %d", r.Effects, r.Duplicates), ok(r.Duplicates > 0))
 	row("job API resubmits of one key (idempotent, allowed)", fmt.Sprint(r.JobResubmits), "")
