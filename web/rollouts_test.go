@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -270,5 +272,44 @@ func TestRolloutChartsMatchTheAnalysis(t *testing.T) {
 	}
 	if !strings.Contains(sec, "unknown-outcome rate 50.0% (2 of 4)") || !strings.Contains(sec, "failure rate 33.3% (1 of 3)") {
 		t.Errorf("the dots' titles do not say the figures:\n%s", sec)
+	}
+}
+
+// TestRunbookStepsNameTheirPageAndShowScreenshots: every step of docs/runbook.md names the
+// console page it happens on, and every screenshot it embeds is in the repository under the
+// relative path it gives.
+func TestRunbookStepsNameTheirPageAndShowScreenshots(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("..", "docs", "runbook.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	steps := regexp.MustCompile(`(?m)^## \d+\. .*$`).FindAllStringIndex(doc, -1)
+	if len(steps) < 6 {
+		t.Fatalf("%d numbered steps, want engage, drain, roll back, reconcile, re-enable, promote", len(steps))
+	}
+	for i, st := range steps {
+		end := len(doc)
+		if i+1 < len(steps) {
+			end = steps[i+1][0]
+		}
+		body := doc[st[0]:end]
+		if !regexp.MustCompile(`(?m)^Pages?: \*\*[A-Z][a-z ]+\*\*`).MatchString(body) {
+			t.Errorf("step %q does not name its console page", doc[st[0]:st[1]])
+		}
+	}
+	imgs := regexp.MustCompile(`!\[[^\]]*\]\(([^)]+)\)`).FindAllStringSubmatch(doc, -1)
+	if len(imgs) < 6 {
+		t.Fatalf("%d screenshots embedded", len(imgs))
+	}
+	for _, m := range imgs {
+		if strings.Contains(m[1], "://") || strings.HasPrefix(m[1], "/") {
+			t.Errorf("screenshot %s is not a relative path", m[1])
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join("..", "docs", m[1])); err != nil || fi.Size() == 0 {
+			t.Errorf("screenshot %s: %v", m[1], err)
+		}
 	}
 }
