@@ -49,8 +49,8 @@ type message struct {
 
 // called is one vulnerability the code calls, with where.
 type called struct {
-	id, summary, module, version, fixed string
-	traces                              []string
+	id, module, version, fixed string
+	traces                     []string
 }
 
 func main() {
