@@ -292,7 +292,7 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 		return nil, err
 	}
 	res.Notes = append(res.Notes,
-		"watch.waitfortask_* are not measured by this program yet (null).",
+		"watch.waitfortask_* are mcp-go's WaitForTask on the same receiver and task count: its CPU per poll is this process's only (no database); waitfortask_max_tasks_1s is that count when it made at least 95 % of the polls due, null otherwise.",
 		"watch.lateness_p99_ms is sampled: how overdue due tasks are, every 100 ms; watch.max_tasks_1s is the watched count when that p99 is within 250 ms (a lower bound), null otherwise.")
 	return res, nil
 }
