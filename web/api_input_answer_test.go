@@ -34,4 +34,10 @@ func TestAnswerAPIChecksTheSchemaAndSaysWhenTooLate(t *testing.T) {
 	if res.StatusCode != http.StatusGone || !strings.Contains(body, `"input_expired"`) || !strings.Contains(body, "unobservable") {
 		t.Fatalf("late answer: %d %s, want 410 input_expired with the reason", res.StatusCode, body)
 	}
+	// The page offers no form for it and says why in the question's ledger row.
+	res, body = e.do(t, "operator", "GET", "/operations/"+id, nil)
+	if res.StatusCode != http.StatusOK || strings.Contains(body, `data-testid="input-form"`) ||
+		!strings.Contains(body, `data-testid="input-closed-why">the question was closed: the task is unobservable`) {
+		t.Fatalf("page of the closed question: %d, want no form and the reason", res.StatusCode)
+	}
 }

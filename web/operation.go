@@ -31,8 +31,10 @@ type OperationView struct {
 	LastProgress   string
 	LastProgressAt time.Time
 	// Inputs is the input ledger; Open are the questions a person may answer now.
-	Inputs       []operations.PendingInput
-	Open         []operations.PendingInput
+	Inputs []operations.PendingInput
+	Open   []operations.PendingInput
+	// ClosedWhy says, by question key, why a question can no longer be answered.
+	ClosedWhy    map[string]string
 	MovedOn      bool
 	CanAnswer    bool
 	WhoMayAnswer string
@@ -109,7 +111,11 @@ func (s *Server) operationView(r *http.Request, d operations.Detail, flash, tone
 	}
 	v.Timeline, v.LastProgress, v.LastProgressAt = timelineLines(d)
 	v.Inputs = d.Inputs
+	v.ClosedWhy = map[string]string{}
 	for _, in := range d.Inputs {
+		if t != nil {
+			v.ClosedWhy[in.Key] = operations.InputClosedReason(in, t.State, now)
+		}
 		if in.State == "moved_on" {
 			v.MovedOn = true
 		}
