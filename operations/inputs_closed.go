@@ -30,7 +30,9 @@ func (e *InputExpiredError) Unwrap() error { return ErrInputExpired }
 
 // InputClosedReason says why question p of a task in state st can no longer be answered at
 // now, in words, or "" when it still can be or was answered.
-func InputClosedReason(p PendingInput, st TaskState, now time.Time) string { return whyClosed(p, st, now) }
+func InputClosedReason(p PendingInput, st TaskState, now time.Time) string {
+	return whyClosed(p, st, now)
+}
 
 // whyClosed says why input p of a task in state st cannot be answered at now, or "" when it
 // can (or when it was answered: that is not an expiry).
