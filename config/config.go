@@ -112,6 +112,9 @@ type Workflow struct {
 	Fallback Fallback `yaml:"fallback"`
 	// MaxTTL caps the task lifetime Taskgate asks for and watches (default 1h).
 	MaxTTL Duration `yaml:"max_ttl"`
+	// InputWait is how long a question the server asks stays open for a person's answer
+	// (default: until the task's deadline, which also bounds it).
+	InputWait Duration `yaml:"input_wait"`
 	// Concurrency caps non-terminal tasks of this workflow (0 = no cap).
 	Concurrency int `yaml:"concurrency"`
 	// Backpressure is what happens at the cap: "fallback" or "429" (default 429).

@@ -9,15 +9,18 @@
 // stderr as "TASKGATE_LISTENING 127.0.0.1 <port>".
 //
 // Tool "slow_job" (taskSupport required): arguments duration_ms (default 500), outcome
-// ("completed" default, "failed" = isError result, "hang" = never ends) and text. It takes
-// the requested task ttl (default 10 minutes) and suggests a pollInterval of poll_ms
-// (default 100 ms).
+// ("completed" default, "failed" = isError result, "hang" = never ends, "input" = asks for
+// approval by elicitation/create, queued with the task and delivered on tasks/result, and
+// waits input_wait_ms for the answer, default 10 minutes; approved it completes with text,
+// otherwise with an isError "Not approved: ACTION") and text. It takes the requested task
+// ttl (default 10 minutes) and suggests a pollInterval of poll_ms (default 100 ms).
 import { createServer } from "node:http";
 import { randomUUID } from "node:crypto";
 import { z } from "zod";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { InMemoryTaskStore, InMemoryTaskMessageQueue } from "@modelcontextprotocol/sdk/experimental/tasks";
+import { ElicitResultSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const taskStore = new InMemoryTaskStore();
 const taskMessageQueue = new InMemoryTaskMessageQueue();
@@ -27,8 +30,10 @@ const counters = { toolCalls: 0 };
 const SlowJob = z.object({
   duration_ms: z.number().int().min(0).optional(),
   poll_ms: z.number().int().min(10).optional(),
-  outcome: z.enum(["completed", "failed", "hang"]).optional(),
+  outcome: z.enum(["completed", "failed", "hang", "input"]).optional(),
   text: z.string().optional(),
+  input_message: z.string().optional(),
+  input_wait_ms: z.number().int().min(1).optional(),
   idempotency_key: z.string().optional(),
 });
 
@@ -58,7 +63,9 @@ function newServer() {
           pollInterval: a.poll_ms ?? 100,
         });
         const outcome = a.outcome ?? "completed";
-        if (outcome !== "hang") {
+        if (outcome === "input") {
+          askApproval(extra, task.taskId, a).catch((err) => process.stderr.write(`approval of ${task.taskId}: ${err}\n`));
+        } else if (outcome !== "hang") {
           setTimeout(() => {
             const failed = outcome === "failed";
             extra.taskStore
@@ -76,6 +83,37 @@ function newServer() {
     },
   );
   return server;
+}
+
+// askApproval asks for approval on the task's message queue (the SDK delivers it on the
+// client's tasks/result stream) and completes the task with the answer.
+async function askApproval(extra, taskId, a) {
+  await extra.taskStore.updateTaskStatus(taskId, "input_required", "Waiting for approval");
+  let action = "cancel";
+  let approved = false;
+  try {
+    const r = await extra.sendRequest(
+      {
+        method: "elicitation/create",
+        params: {
+          mode: "form",
+          message: a.input_message ?? "Approve slow_job?",
+          requestedSchema: { type: "object", properties: { approve: { type: "boolean", title: "Approve" } }, required: ["approve"] },
+        },
+      },
+      ElicitResultSchema,
+      { relatedTask: { taskId }, timeout: a.input_wait_ms ?? 600000 },
+    );
+    action = r.action;
+    approved = r.action === "accept" && r.content?.approve === true;
+  } catch (err) {
+    action = `no answer (${err?.message ?? err})`;
+  }
+  await extra.taskStore.updateTaskStatus(taskId, "working", "Answer received");
+  await extra.taskStore.storeTaskResult(taskId, approved ? "completed" : "failed", {
+    content: [{ type: "text", text: approved ? (a.text ?? "job approved and done") : `Not approved: ${action}` }],
+    isError: !approved,
+  });
 }
 
 async function readBody(req) {

@@ -25,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -182,8 +183,9 @@ type Options struct {
 	// elicitation capability and refuses server requests.
 	OnInput func(InputRequest)
 	// InputWait bounds how long a legacy elicitation waits for AnswerInput
-	// (default 10 minutes). mcp-go's HTTP transport additionally cuts
-	// requests that arrive on POST response streams at 30 s.
+	// (default 10 minutes) when the request it arrived on carries no
+	// WithInputWait; the request's deadline bounds it too. The server's
+	// request is held that long, however long it is.
 	InputWait time.Duration
 	// DiscoverTimeout bounds the stdio server/discover probe (default 5 s).
 	DiscoverTimeout time.Duration
@@ -311,8 +313,14 @@ type inputBroker struct {
 }
 
 type pendingInput struct {
-	req    InputRequest
-	answer chan InputResponse // legacy only: the waiting server request
+	req InputRequest
+	// Legacy only: the held server request takes the answer on answer (unbuffered, so the
+	// handoff and the end of the hold never cross), reports on sent whether its response
+	// reached the server, and closes gone when the hold ends unanswered.
+	answer chan InputResponse
+	sent   chan error
+	gone   chan struct{}
+	once   sync.Once
 }
 
 func inputKey(taskID, key string) string { return taskID + "\x00" + key }
@@ -352,29 +360,51 @@ func (b *inputBroker) offer(taskID string, reqs []InputRequest) []InputRequest {
 	return open
 }
 
-// register adds a legacy pending request whose server request waits on the
-// returned channel.
-func (b *inputBroker) register(r InputRequest) chan InputResponse {
-	ch := make(chan InputResponse, 1)
+// register adds a legacy pending request held by a server request, under key (or key-2,
+// key-3... when this Conn already took an answer for key: the server asked the same again).
+func (b *inputBroker) register(r InputRequest, key string) *pendingInput {
 	b.mu.Lock()
 	if b.pending == nil {
 		b.pending, b.answered, b.notified = map[string]*pendingInput{}, map[string]bool{}, map[string]bool{}
 	}
+	r.Key = key
+	for n := 2; b.answered[inputKey(r.TaskID, r.Key)]; n++ {
+		r.Key = key + "-" + strconv.Itoa(n)
+	}
 	k := inputKey(r.TaskID, r.Key)
-	b.pending[k] = &pendingInput{req: r, answer: ch}
+	p := &pendingInput{req: r, answer: make(chan InputResponse), sent: make(chan error, 1), gone: make(chan struct{})}
+	if prev := b.pending[k]; prev != nil && prev.gone != nil {
+		prev.close() // delivered again on a new stream: the new request holds it
+	}
+	b.pending[k] = p
 	b.notified[k] = true
 	b.mu.Unlock()
 	if b.onInput != nil {
 		b.onInput(r)
 	}
-	return ch
+	return p
 }
 
-// drop forgets a legacy pending request (answered, timed out or gone).
-func (b *inputBroker) drop(taskID, key string) {
+// close marks the hold ended.
+func (p *pendingInput) close() { p.once.Do(func() { close(p.gone) }) }
+
+// drop forgets a legacy pending request whose hold ended unanswered.
+func (b *inputBroker) drop(p *pendingInput) {
+	p.close()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.pending, inputKey(taskID, key))
+	k := inputKey(p.req.TaskID, p.req.Key)
+	if b.pending[k] == p {
+		delete(b.pending, k)
+	}
+}
+
+// forget reverts the claim of a request whose hold ended before the answer was handed over:
+// the key may be answered when the server asks again.
+func (b *inputBroker) forget(p *pendingInput) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.answered, inputKey(p.req.TaskID, p.req.Key))
 }
 
 // list returns the pending requests of a task, sorted by key.
@@ -416,7 +446,16 @@ func (b *inputBroker) unclaim(p *pendingInput) {
 	defer b.mu.Unlock()
 	k := inputKey(p.req.TaskID, p.req.Key)
 	delete(b.answered, k)
-	b.pending[k] = p
+	if p.gone != nil {
+		select {
+		case <-p.gone:
+			return // the hold ended meanwhile
+		default:
+		}
+	}
+	if _, taken := b.pending[k]; !taken {
+		b.pending[k] = p
+	}
 }
 
 func sortInputs(in []InputRequest) {

@@ -347,27 +347,13 @@ func extInfo(p probeAnswer) ServerInfo {
 const getStreamWait = 5 * time.Second
 
 func dialLegacyHTTP(ctx context.Context, opts Options, ev Evidence) (Conn, error) {
-	trClient := sessionCloseClient(opts.HTTPClient, opts.KeepSessionOnClose, opts.Token)
-	trOpts := []transport.StreamableHTTPCOption{
-		transport.WithHTTPBasicClient(trClient),
-		transport.WithHTTPLogger(opts.Logger),
-		transport.WithHTTPHeaderFunc(ctxParamHeaderMap),
-	}
-	if opts.Token != "" {
-		trOpts = append(trOpts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + opts.Token}))
-	}
+	resumed := ""
 	if opts.Resume != nil {
-		trOpts = append(trOpts, transport.WithSession(opts.Resume.SessionID))
+		resumed = opts.Resume.SessionID
 	}
-	tr, err := transport.NewStreamableHTTP(opts.URL, trOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("mcpclient: %w", err)
-	}
+	tr := newLegacyHTTP(&httpRPC{url: opts.URL, client: opts.HTTPClient, token: opts.Token, lim: opts.Limits, resume: true}, opts.KeepSessionOnClose, resumed)
 	life, cancel := context.WithCancel(context.Background())
-	if err := tr.Start(life); err != nil {
-		cancel()
-		return nil, fmt.Errorf("mcpclient: start transport: %w", err)
-	}
+	var err error
 	c := newLegacy(opts, tr, true, life, cancel)
 	if opts.Resume != nil {
 		err = c.resume(opts.Resume, ev)
@@ -495,46 +481,4 @@ func dialStdioExtension(ctx context.Context, opts Options, tr *transport.Stdio, 
 		opts.Detector.Record(key, p.ev)
 	}
 	return c, nil
-}
-
-// sessionCloseClient returns a copy of c, sharing its connection pool, that
-// governs the session-terminating DELETE mcp-go's transport sends from Close
-// whenever it holds a session id: with keep the DELETE is answered locally
-// with 204 and never reaches the server (mcp-go offers no way to skip it);
-// otherwise it gets the bearer token, which mcp-go leaves off, so that an
-// authenticating server does not refuse to end the session.
-func sessionCloseClient(c *http.Client, keep bool, token string) *http.Client {
-	cp := *c
-	base := cp.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	cp.Transport = sessionCloser{base: base, keep: keep, token: token}
-	return &cp
-}
-
-// sessionCloser handles DELETE requests that carry an Mcp-Session-Id.
-type sessionCloser struct {
-	base  http.RoundTripper
-	keep  bool
-	token string
-}
-
-// RoundTrip implements http.RoundTripper.
-func (s sessionCloser) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodDelete || req.Header.Get(headerSessionID) == "" {
-		return s.base.RoundTrip(req)
-	}
-	if s.keep {
-		if req.Body != nil {
-			_ = req.Body.Close()
-		}
-		return &http.Response{StatusCode: http.StatusNoContent, Status: "204 No Content", Body: http.NoBody,
-			Header: http.Header{}, Request: req, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
-	}
-	if s.token != "" && req.Header.Get("Authorization") == "" {
-		req = req.Clone(req.Context())
-		req.Header.Set("Authorization", "Bearer "+s.token)
-	}
-	return s.base.RoundTrip(req)
 }

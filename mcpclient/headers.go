@@ -178,19 +178,6 @@ func ctxParamHeaders(ctx context.Context) http.Header {
 	return h
 }
 
-// ctxParamHeaderMap is ctxParamHeaders for mcp-go's header function.
-func ctxParamHeaderMap(ctx context.Context) map[string]string {
-	h := ctxParamHeaders(ctx)
-	if len(h) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(h))
-	for k := range h {
-		out[k] = h.Get(k)
-	}
-	return out
-}
-
 // logDropped records each dropped tool in the log.
 func logDropped(opts Options, dropped []DroppedTool) {
 	for _, d := range dropped {

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -48,6 +49,18 @@ func refuseRedirect(req *http.Request, _ []*http.Request) error {
 // until the stream ends (io.EOF returned as nil) or onData returns stop=true.
 // Lines longer than maxLine fail the read.
 func readSSE(r io.Reader, maxLine int, onData func(data []byte) (stop bool)) error {
+	return readSSECursor(r, maxLine, nil, onData)
+}
+
+// sseCursor is where a stream stood: the last event id and the reconnection time the server
+// asked for, to resume a 2025-11-25 response stream the server ended before the response.
+type sseCursor struct {
+	lastID string
+	retry  time.Duration
+}
+
+// readSSECursor is readSSE keeping the stream's event id and retry field in cur (when set).
+func readSSECursor(r io.Reader, maxLine int, cur *sseCursor, onData func(data []byte) (stop bool)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var data bytes.Buffer
 	for {
@@ -79,8 +92,20 @@ func readSSE(r io.Reader, maxLine int, onData func(data []byte) (stop bool)) err
 				return fmt.Errorf("%w: SSE event over %d bytes", ErrResultTooLarge, maxLine)
 			}
 			data.Write(v)
+			continue
 		}
-		// event:, id:, retry: and comments are not needed here.
+		if cur == nil {
+			continue // event: and comments are not needed here
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("id:")); ok {
+			if id := strings.TrimSpace(string(v)); len(id) <= 256 && !strings.ContainsRune(id, 0) {
+				cur.lastID = id
+			}
+		} else if v, ok := bytes.CutPrefix(line, []byte("retry:")); ok {
+			if ms, err := strconv.Atoi(strings.TrimSpace(string(v))); err == nil && ms >= 0 {
+				cur.retry = time.Duration(min(ms, 60_000)) * time.Millisecond
+			}
+		}
 	}
 }
 
@@ -111,11 +136,19 @@ type httpRPC struct {
 	client *http.Client
 	token  string
 	lim    Limits
+	// resume continues a response stream the server ended after an event id, before the
+	// response, with a GET carrying Last-Event-ID after the retry time it asked for
+	// (2025-11-25 Streamable HTTP; the 2026-07-28 transport has no such resumption).
+	resume bool
 }
+
+// maxResumes bounds how often one response stream is resumed.
+const maxResumes = 32
 
 // httpReply is the outcome of one POST.
 type httpReply struct {
 	status int
+	header http.Header  // the answer's headers (Mcp-Session-Id)
 	msg    *wireMessage // the JSON-RPC response for the request id, if read
 }
 
@@ -144,7 +177,7 @@ func (h *httpRPC) post(ctx context.Context, id string, body []byte, header http.
 		return httpReply{}, classifySendError(true, err)
 	}
 	defer resp.Body.Close()
-	rep := httpReply{status: resp.StatusCode}
+	rep := httpReply{status: resp.StatusCode, header: resp.Header}
 	lim := h.lim.withDefaults()
 	body2 := io.LimitReader(resp.Body, int64(lim.MaxMessage)+1)
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
@@ -154,7 +187,8 @@ func (h *httpRPC) post(ctx context.Context, id string, body []byte, header http.
 	case mediaType == "text/event-stream" && resp.StatusCode == http.StatusOK:
 		var found *wireMessage
 		var decodeErr error
-		err := readSSE(resp.Body, lim.MaxMessage, func(data []byte) bool {
+		cur := &sseCursor{}
+		handle := func(data []byte) bool {
 			m, err := decodeMessage(data, lim)
 			if err != nil {
 				decodeErr = err
@@ -168,7 +202,11 @@ func (h *httpRPC) post(ctx context.Context, id string, body []byte, header http.
 				onOther(m)
 			}
 			return false
-		})
+		}
+		err := readSSECursor(resp.Body, lim.MaxMessage, cur, handle)
+		for n := 0; h.resume && found == nil && err == nil && cur.lastID != "" && ctx.Err() == nil && n < maxResumes; n++ {
+			err = h.resumeStream(ctx, header, cur, handle)
+		}
 		if found != nil {
 			rep.msg = found
 			return rep, nil
@@ -215,9 +253,48 @@ func (h *httpRPC) post(ctx context.Context, id string, body []byte, header http.
 		// A gateway or overloaded server answered instead of the MCP server:
 		// whether the request was processed is unknown, exactly as when the
 		// connection breaks (a task creation is then unacknowledged).
-		return rep, fmt.Errorf("%w: HTTP %d without a JSON-RPC answer", ErrTransportLost, resp.StatusCode)
+		return rep, newHTTPError(resp.StatusCode, data, ErrTransportLost)
 	}
-	return rep, fmt.Errorf("%w: HTTP %d without a JSON-RPC answer", ErrMalformed, resp.StatusCode)
+	return rep, newHTTPError(resp.StatusCode, data, ErrMalformed)
+}
+
+// resumeStream waits the reconnection time the server asked for (1 s when it named none, at
+// least 10 ms) and reads the rest of the stream from a GET carrying Last-Event-ID.
+func (h *httpRPC) resumeStream(ctx context.Context, header http.Header, cur *sseCursor, handle func([]byte) bool) error {
+	wait := cur.retry
+	if wait == 0 {
+		wait = time.Second
+	}
+	if err := sleepCtx(ctx, max(wait, 10*time.Millisecond)); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url, nil)
+	if err != nil {
+		return err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Last-Event-ID", cur.lastID)
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return classifySendError(true, err)
+	}
+	defer resp.Body.Close()
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || mt != "text/event-stream" {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return fmt.Errorf("resume the response stream: HTTP %d", resp.StatusCode)
+	}
+	before := cur.lastID
+	err = readSSECursor(resp.Body, h.lim.withDefaults().MaxMessage, cur, handle)
+	if err == nil && cur.lastID == before {
+		cur.lastID = "" // nothing new: do not resume again
+	}
+	return err
 }
 
 // idEquals compares a raw JSON id with a string id.

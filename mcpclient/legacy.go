@@ -1,12 +1,12 @@
 package mcpclient
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,15 +18,14 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// The legacy era rides on mcp-go v1.2.1's transports (Streamable HTTP with
-// Mcp-Session-Id and MCP-Protocol-Version, and stdio) but not on its
-// client.Client: that client probes server/discover first unless pinned
-// (client.WithProtocolVersion(mcp.ProtocolVersion20251125)), its CallTool
-// parser rejects a CreateTaskResult, and it re-encodes the capabilities
-// through its structs, losing the raw object a manifest hashes. So the
-// handshake is sent here, pinned to 2025-11-25, through
-// transport.SendRequest with string request ids ("tg-N", which never collide
-// with mcp-go's integer ids), and every answer is decoded and bounded here.
+// The legacy era speaks Streamable HTTP (Mcp-Session-Id, MCP-Protocol-Version) with net/http
+// (legacyHTTP, httpRPC): every answer, SSE event and server request passes the size cap before
+// it is decoded, and a server request on a response stream is held as long as its caller allows
+// rather than for mcp-go's fixed 30 s handler timeout. Stdio rides on mcp-go v1.2.1's
+// transport. mcp-go's client.Client is not used: it probes server/discover first unless pinned,
+// its CallTool parser rejects a CreateTaskResult, and it re-encodes the capabilities through its
+// structs, losing the raw object a manifest hashes. So the handshake is sent here, pinned to
+// 2025-11-25, with string request ids ("tg-N"), and every answer is decoded and bounded here.
 
 const (
 	metaRelatedTask    = "io.modelcontextprotocol/related-task"
@@ -69,7 +68,7 @@ func (c *legacyConn) settleGet() {
 func newLegacy(opts Options, tr transport.Interface, isHTTP bool, life context.Context, cancel context.CancelFunc) *legacyConn {
 	c := &legacyConn{opts: opts, tr: tr, isHTTP: isHTTP, life: life, cancel: cancel, getSettled: make(chan struct{})}
 	if isHTTP {
-		c.rpc = &httpRPC{url: opts.URL, client: opts.HTTPClient, token: opts.Token, lim: opts.Limits}
+		c.rpc = &httpRPC{url: opts.URL, client: opts.HTTPClient, token: opts.Token, lim: opts.Limits, resume: true}
 	}
 	c.inputs.onInput = opts.OnInput
 	tr.SetNotificationHandler(c.onNotification)
@@ -166,6 +165,9 @@ func (c *legacyConn) call(ctx context.Context, method string, params any) (json.
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w: %w", method, ErrNotDelivered, err)
 	}
+	if c.rpc != nil {
+		return c.callHTTP(ctx, method, params)
+	}
 	id := fmt.Sprintf("tg-%d", c.ids.Add(1))
 	resp, err := c.tr.SendRequest(ctx, transport.JSONRPCRequest{
 		JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id), Method: method, Params: params,
@@ -202,13 +204,18 @@ type taskParams struct {
 	TaskID string `json:"taskId"`
 }
 
-// callHTTP sends one request on the session with net/http directly instead of mcp-go's
-// transport: tasks/get is the watchers' hot path, and this costs about half the allocations.
-// Errors map as in call: a 404 (or the tolerated 400/-32000) is ErrSessionGone. Notifications
-// and server requests arriving on an SSE answer are served as on the GET stream.
+// callHTTP sends one request on the session with net/http: every byte of the answer passes
+// the size cap before it is decoded (httpRPC.post), and tasks/get, the watchers' hot path,
+// costs about half the allocations of mcp-go's transport. Errors map as in call: a 404 (or the
+// tolerated 400/-32000) is ErrSessionGone. Notifications and server requests arriving on an
+// SSE answer are served as on the GET stream; a server request is held for as long as ctx
+// allows (see serve), not for a fixed handler timeout.
 func (c *legacyConn) callHTTP(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	if c.closed.Load() {
 		return nil, fmt.Errorf("%s: %w: %w", method, ErrNotDelivered, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", method, ErrNotDelivered, err)
 	}
 	id := "tg-" + strconv.FormatInt(c.ids.Add(1), 10)
 	body, err := encodeRequest(id, method, params)
@@ -217,7 +224,17 @@ func (c *legacyConn) callHTTP(ctx context.Context, method string, params any) (j
 	}
 	hdr := make(http.Header, 4)
 	c.sessionHeaders(hdr)
-	rep, err := c.rpc.post(ctx, id, body, hdr, c.onStreamMessage)
+	for k, v := range ctxParamHeaders(ctx) {
+		hdr[k] = v
+	}
+	rep, err := c.rpc.post(ctx, id, body, hdr, func(m *wireMessage) { c.onStreamMessage(ctx, m) })
+	if method == "initialize" && err == nil {
+		if sid := rep.header.Get(headerSessionID); sid != "" {
+			if s, ok := c.tr.(*legacyHTTP); ok {
+				s.setSession(sid)
+			}
+		}
+	}
 	if rep.status == http.StatusNotFound && c.tr.GetSessionId() != "" {
 		return nil, fmt.Errorf("%s: %w: HTTP 404", method, ErrSessionGone)
 	}
@@ -241,8 +258,9 @@ func (c *legacyConn) callHTTP(ctx context.Context, method string, params any) (j
 }
 
 // onStreamMessage handles a notification or server request that arrived on the SSE answer
-// of a callHTTP request.
-func (c *legacyConn) onStreamMessage(m *wireMessage) {
+// of a callHTTP request made with ctx: the server request is held until it is answered, ctx
+// ends (the caller stopped waiting for that answer) or the connection closes.
+func (c *legacyConn) onStreamMessage(ctx context.Context, m *wireMessage) {
 	switch {
 	case m.isNotification() && m.Method == "notifications/tasks/status":
 		c.deliverStatus(m.Params)
@@ -250,10 +268,25 @@ func (c *legacyConn) onStreamMessage(m *wireMessage) {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			result, rpcErr := c.serve(c.life, m.Method, m.Params)
-			c.respond(m.ID, result, rpcErr)
+			hold, stop := context.WithCancel(ctx)
+			defer stop()
+			defer context.AfterFunc(c.life, stop)()
+			c.serveAndRespond(hold, m)
 		}()
 	}
+}
+
+// serveAndRespond serves one server request and POSTs the answer, unless the hold ended
+// without one (the server keeps the request and delivers it again on a new stream).
+func (c *legacyConn) serveAndRespond(ctx context.Context, m *wireMessage) {
+	result, rpcErr, sent := c.serve(ctx, m.Method, m.Params)
+	if sent == nil {
+		if result != nil || rpcErr != nil {
+			_ = c.respond(m.ID, result, rpcErr)
+		}
+		return
+	}
+	sent <- c.respond(m.ID, result, rpcErr)
 }
 
 // mapTransportErr maps mcp-go transport errors to this package's sentinels.
@@ -552,10 +585,22 @@ func (c *legacyConn) AnswerInput(ctx context.Context, taskID, key string, resp I
 	}
 	select {
 	case p.answer <- resp:
-		return nil
+	case <-p.gone:
+		c.inputs.forget(p)
+		return fmt.Errorf("task %s input %q: %w", taskID, key, ErrUnknownInput)
 	case <-ctx.Done():
 		c.inputs.unclaim(p)
 		return ctx.Err()
+	}
+	// The held request now carries the answer: wait until the server took it.
+	select {
+	case err := <-p.sent:
+		if err != nil {
+			return fmt.Errorf("task %s input %q: the answer did not reach the server: %w", taskID, key, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("task %s input %q: %w: %w", taskID, key, ErrTransportLost, ctx.Err())
 	}
 }
 
@@ -651,25 +696,37 @@ func (c *legacyConn) deliverStatus(params json.RawMessage) {
 // on stdio, on the pipe).
 func (c *legacyConn) onRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	params, _ := json.Marshal(req.Params)
-	result, rpcErr := c.serve(ctx, req.Method, params)
-	if rpcErr != nil {
-		return transport.NewJSONRPCErrorResponse(req.ID, rpcErr.Code, rpcErr.Message, nil), nil
+	result, rpcErr, sent := c.serve(ctx, req.Method, params)
+	if sent != nil {
+		// The transport writes the answer to the pipe: taken as delivered.
+		sent <- nil
 	}
-	return transport.NewJSONRPCResultResponse(req.ID, result), nil
+	switch {
+	case rpcErr != nil:
+		return transport.NewJSONRPCErrorResponse(req.ID, rpcErr.Code, rpcErr.Message, nil), nil
+	case result != nil:
+		return transport.NewJSONRPCResultResponse(req.ID, result), nil
+	}
+	return nil, nil // the hold ended unanswered: no answer is written
 }
 
-// serve handles one server request: ping, and elicitation/create routed by
-// its related-task _meta to the input broker, waiting for AnswerInput.
-func (c *legacyConn) serve(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, *RPCError) {
+// serve handles one server request: ping, and elicitation/create routed by its related-task
+// _meta to the input broker, held until AnswerInput answers it. The hold lasts until the
+// input's deadline (WithInputWait on the request's context, else Options.InputWait, both
+// bounded by the context's deadline), or until ctx ends. An answer is returned with the
+// channel on which the caller reports whether it reached the server. At the deadline the
+// server is told no answer came; when ctx ends first nothing is returned or sent, so the
+// server keeps the request for the next stream (a restarted console, another replica).
+func (c *legacyConn) serve(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, *RPCError, chan<- error) {
 	switch method {
 	case "ping":
-		return json.RawMessage(`{}`), nil
+		return json.RawMessage(`{}`), nil, nil
 	case "elicitation/create":
 	default:
-		return nil, &RPCError{Code: CodeMethodNotFound, Message: "method not supported by this client: " + truncate(method, 64)}
+		return nil, &RPCError{Code: CodeMethodNotFound, Message: "method not supported by this client: " + truncate(method, 64)}, nil
 	}
 	if c.opts.OnInput == nil {
-		return nil, &RPCError{Code: CodeMethodNotFound, Message: "this client does not accept elicitation"}
+		return nil, &RPCError{Code: CodeMethodNotFound, Message: "this client does not accept elicitation"}, nil
 	}
 	var meta struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
@@ -681,30 +738,67 @@ func (c *legacyConn) serve(ctx context.Context, method string, params json.RawMe
 	_ = json.Unmarshal(meta.Meta[metaRelatedTask], &related)
 	if related.TaskID != "" && !c.tracker.awaitKnown(ctx, related.TaskID) {
 		c.opts.Logger.Warn("mcpclient: elicitation refused", "server", c.opts.serverKey(), "err", &RelatedTaskError{Named: truncate(related.TaskID, 80)})
-		return nil, &RPCError{Code: CodeInvalidParams, Message: "the elicitation names a task this client does not know"}
+		return nil, &RPCError{Code: CodeInvalidParams, Message: "the elicitation names a task this client does not know"}, nil
 	}
-	key := fmt.Sprintf("elicit-%d", c.ids.Add(1))
-	req, err := decodeInputParams(related.TaskID, key, method, params, c.opts.Limits)
+	req, err := decodeInputParams(related.TaskID, "", method, params, c.opts.Limits)
 	if err != nil {
-		return nil, &RPCError{Code: CodeInvalidParams, Message: "invalid elicitation params"}
+		return nil, &RPCError{Code: CodeInvalidParams, Message: "invalid elicitation params"}, nil
 	}
-	ch := c.inputs.register(req)
-	timer := time.NewTimer(c.opts.InputWait)
+	wait := c.opts.InputWait
+	if d, ok := ctx.Value(inputWaitKey{}).(time.Duration); ok && d > 0 {
+		wait = d
+	}
+	until := time.Now().Add(wait)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(until) {
+		until = dl
+	}
+	req.ExpiresAt = until.UTC()
+	p := c.inputs.register(req, inputFingerprint(related.TaskID, method, params))
+	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
 	select {
-	case ans := <-ch:
+	case ans := <-p.answer:
 		out := map[string]any{"action": string(ans.Action)}
 		if ans.Action == ActionAccept {
 			out["content"] = ans.Content
 		}
 		raw, _ := json.Marshal(out)
-		return raw, nil
+		return raw, nil, p.sent
+	case <-timer.C:
+		c.inputs.drop(p)
+		return nil, &RPCError{Code: CodeInternalError, Message: "no answer to the elicitation in time"}, nil
 	case <-ctx.Done():
 	case <-c.life.Done():
-	case <-timer.C:
 	}
-	c.inputs.drop(req.TaskID, key)
-	return nil, &RPCError{Code: CodeInternalError, Message: "no answer to the elicitation in time"}
+	c.inputs.drop(p)
+	return nil, nil, nil
+}
+
+// inputWaitKey carries WithInputWait's duration.
+type inputWaitKey struct{}
+
+// WithInputWait returns ctx with how long a 2025-11-25 elicitation that arrives on a request
+// made with it (tasks/result) is held for an answer; the context's deadline bounds it too.
+// Without it Options.InputWait applies.
+func WithInputWait(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, inputWaitKey{}, d)
+}
+
+// inputFingerprint names a server request by what it asks: a server that delivers a queued
+// elicitation again on a new stream (with a new JSON-RPC id) asks the same question under the
+// same key, so a question stored before a restart is answered after it.
+func inputFingerprint(taskID, method string, params json.RawMessage) string {
+	var p map[string]json.RawMessage
+	_ = json.Unmarshal(params, &p)
+	delete(p, "_meta")
+	canon, _ := json.Marshal(p) // map keys sorted: the same question encodes the same way
+	h := sha256.New()
+	h.Write([]byte(taskID))
+	h.Write([]byte{0})
+	h.Write([]byte(method))
+	h.Write([]byte{0})
+	h.Write(canon)
+	return "elicit-" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // listen keeps the legacy GET event stream open on the current session and
@@ -768,8 +862,7 @@ func (c *legacyConn) listenOnce() (opened, stop bool) {
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
-				result, rpcErr := c.serve(c.life, m.Method, m.Params)
-				c.respond(m.ID, result, rpcErr)
+				c.serveAndRespond(c.life, m)
 			}()
 		}
 		return c.life.Err() != nil
@@ -782,16 +875,18 @@ func (c *legacyConn) sessionHeaders(h http.Header) {
 	if sid := c.tr.GetSessionId(); sid != "" {
 		h.Set(headerSessionID, sid)
 	}
-	h.Set(headerProtoVersion, c.info.ProtocolVersion)
+	if c.info.ProtocolVersion != "" {
+		h.Set(headerProtoVersion, c.info.ProtocolVersion)
+	}
 	if c.opts.Token != "" {
 		h.Set("Authorization", "Bearer "+c.opts.Token)
 	}
 }
 
-// respond POSTs the answer to a server request that came on the GET stream.
-func (c *legacyConn) respond(id json.RawMessage, result json.RawMessage, rpcErr *RPCError) {
+// respond POSTs the answer to a server request and reports whether the server took it.
+func (c *legacyConn) respond(id json.RawMessage, result json.RawMessage, rpcErr *RPCError) error {
 	if c.closed.Load() {
-		return
+		return ErrClosed
 	}
 	msg := map[string]any{"jsonrpc": "2.0", "id": id}
 	if rpcErr != nil {
@@ -802,18 +897,19 @@ func (c *legacyConn) respond(id json.RawMessage, result json.RawMessage, rpcErr 
 	body, _ := json.Marshal(msg)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.life), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.opts.URL, bytes.NewReader(body))
-	if err != nil {
-		return
+	s, ok := c.tr.(*legacyHTTP)
+	if !ok {
+		return fmt.Errorf("%w: no HTTP session", ErrNotDelivered)
 	}
-	c.sessionHeaders(req.Header)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := c.opts.HTTPClient.Do(req)
-	if err != nil {
+	status, err := s.postRaw(ctx, body)
+	switch {
+	case err != nil:
 		c.opts.Logger.Warn("mcpclient: could not deliver answer to server request", "err", err)
-		return
+		return err
+	case status == http.StatusNotFound:
+		return fmt.Errorf("%w: HTTP 404", ErrSessionGone)
+	case status >= 300:
+		return &HTTPError{Status: status, Err: ErrMalformed}
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
+	return nil
 }

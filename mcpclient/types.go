@@ -244,6 +244,9 @@ type InputRequest struct {
 	URL string `json:"url,omitempty"`
 	// ElicitationID is the url-mode elicitation id, if any.
 	ElicitationID string `json:"elicitationId,omitempty"`
+	// ExpiresAt is when a held 2025-11-25 request stops waiting for an answer (zero when
+	// the server, not this client, holds the question: the extension era).
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
 
 // InputAction is the user's decision on an elicitation.

@@ -147,8 +147,12 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		}
 	}
 	if !open || op.Task.State != StateInputRequired {
+		reasons := s.cfg.Store.closedReasons(ctx, id)
 		for _, p := range inputs {
 			if why := whyClosed(p, op.Task.State, s.cfg.Now()); p.Key == key && why != "" {
+				if r := reasons[key]; r != "" && p.State == "expired" {
+					why = r
+				}
 				return Detail{}, fmt.Errorf("operation %s: %w", id, &InputExpiredError{Key: key, Reason: why})
 			}
 		}
@@ -175,7 +179,16 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := conn.AnswerInput(actx, op.Task.TaskID, key, resp); err != nil {
+	err = conn.AnswerInput(actx, op.Task.TaskID, key, resp)
+	if errors.Is(err, mcpclient.ErrUnknownInput) {
+		// No connection here holds the question: another live replica does, or the server is
+		// asked to deliver it again here.
+		if rerr := s.reachInput(actx, op, key, conn); rerr != nil {
+			return Detail{}, rerr
+		}
+		err = conn.AnswerInput(actx, op.Task.TaskID, key, resp)
+	}
+	if err != nil {
 		// A server may quote the answer back in its error ("'4111…' is not valid"): the values
 		// never reach the timeline, the audit row, the caller or a log through it.
 		err = redactAnswer(err, resp.Content)
@@ -208,8 +221,12 @@ func (s *Service) inputGone(ctx context.Context, id, key string) error {
 	if err != nil {
 		return nil
 	}
+	reasons := s.cfg.Store.closedReasons(ctx, id)
 	for _, p := range inputs {
 		if why := whyClosed(p, op.Task.State, s.cfg.Now()); p.Key == key && why != "" {
+			if r := reasons[key]; r != "" && p.State == "expired" {
+				why = r
+			}
 			return fmt.Errorf("operation %s: %w", id, &InputExpiredError{Key: key, Reason: why})
 		}
 	}

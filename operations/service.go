@@ -12,8 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -116,10 +114,16 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// InputReopenWait is how long an answer to a 2025-11-25 question no connection here
+	// holds waits for the server to ask it again on a new tasks/result (default 10s).
+	InputReopenWait time.Duration
 }
 
 // Service is the start path and the operator actions on operations.
-type Service struct{ cfg Config }
+type Service struct {
+	cfg Config
+	inputHolders
+}
 
 // NewService returns a Service; Store, Policy and Servers are required.
 func NewService(cfg Config) (*Service, error) {
@@ -137,6 +141,9 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	if cfg.DefaultPoll <= 0 {
 		cfg.DefaultPoll = time.Second
+	}
+	if cfg.InputReopenWait <= 0 {
+		cfg.InputReopenWait = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -380,36 +387,21 @@ func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workf
 	_ = d
 }
 
-// httpRefusalPattern is how the 2025-11-25 transport reports an HTTP error status whose body
-// is not a JSON-RPC answer.
-var httpRefusalPattern = regexp.MustCompile(`request failed with status (\d{3}): `)
-
-// httpStatusOf returns the HTTP error status (400-599) a server answered a call with, or 0.
+// httpStatusOf returns the HTTP error status (400-599) a server, or a gateway in front of it,
+// answered a call with when the answer carried no JSON-RPC message, or 0.
 func httpStatusOf(err error) int {
-	if err == nil {
-		return 0
-	}
-	m := httpRefusalPattern.FindStringSubmatch(err.Error())
-	if m == nil {
-		return 0
-	}
-	code, _ := strconv.Atoi(m[1])
-	if code < 400 || code > 599 {
-		return 0
-	}
+	code, _ := mcpclient.HTTPStatus(err)
 	return code
 }
 
 // httpRefusal returns the status and the server's text (sanitised, bounded) of an HTTP error
 // answer.
 func httpRefusal(err error) (int, string) {
-	msg := err.Error()
-	loc := httpRefusalPattern.FindStringIndex(msg)
-	text := strings.TrimSpace(msg[loc[1]:])
+	code, text := mcpclient.HTTPStatus(err)
 	if text == "" {
 		text = "no text"
 	}
-	return httpStatusOf(err), sanitize(text, 300)
+	return code, sanitize(text, 300)
 }
 
 // refused reports an error that proves the call did nothing: it never left, or the server

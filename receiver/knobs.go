@@ -37,6 +37,7 @@ type Knobs struct {
 	refuseGetStatus int
 	refuseGetAfter  time.Duration
 	inputOnGet      bool
+	askOnce         bool
 	sseResponses    bool
 	delayAll        time.Duration
 }
@@ -90,6 +91,22 @@ func (k *Knobs) DeliverInputOnGetStream(on bool) {
 	k.inputOnGet = on
 }
 
+// AskInputOnce sends each 2025-11-25 elicitation/create request of a task once only: a
+// question whose stream ended is never delivered again, as a server that stopped waiting
+// for it would do.
+func (k *Knobs) AskInputOnce(on bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.askOnce = on
+}
+
+// askingOnce reports AskInputOnce.
+func (k *Knobs) askingOnce() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.askOnce
+}
+
 // SSEResponses answers every 2025-11-25 POST request as an SSE stream
 // instead of JSON (when the client accepts text/event-stream).
 func (k *Knobs) SSEResponses(on bool) {
@@ -104,7 +121,7 @@ func (k *Knobs) Reset() {
 	defer k.mu.Unlock()
 	k.global, k.perTool = Fault{}, map[string]Fault{}
 	k.refuseGetLeft, k.refuseGetUntil, k.refuseGetStatus, k.refuseGetAfter = 0, time.Time{}, 0, 0
-	k.inputOnGet, k.sseResponses, k.delayAll = false, false, 0
+	k.inputOnGet, k.askOnce, k.sseResponses, k.delayAll = false, false, false, 0
 }
 
 func (k *Knobs) fault(tool string) Fault {

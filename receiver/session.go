@@ -318,9 +318,10 @@ func (r *Receiver) deliverLegacyInputs(taskID string, s *session, out outbound) 
 		key string
 	}
 	var sends []toSend
+	once := r.knobs.askingOnce()
 	for _, k := range t.unanswered() {
 		p := t.inputs[k]
-		if alive(p.sentOn) {
+		if alive(p.sentOn) || (once && p.sentOn != nil) {
 			continue
 		}
 		p.sentOn = out

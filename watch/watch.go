@@ -181,6 +181,9 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "watch", "replica", cfg.ReplicaID), metrics: m, awaits: map[string]bool{},
 		reading: map[string]bool{}, perServer: map[string]int{}, queued: map[string][]queuedRead{}}
 	cfg.Servers.Observe(s.onStatus, s.onInput)
+	if cfg.Operations != nil {
+		cfg.Operations.SetInputHolder(operations.InputHolder{Replica: cfg.ReplicaID, Reopen: s.reopen})
+	}
 	return s, nil
 }
 
@@ -719,6 +722,7 @@ func (s *Service) awaitLegacy(d operations.Due, conn mcpclient.Conn, wf *config.
 			ctx, cancel = context.WithDeadline(bg, *d.Task.Deadline)
 			defer cancel()
 		}
+		ctx = mcpclient.WithInputWait(ctx, inputWait(wf, d.Task.Deadline, time.Now()))
 		out, err := conn.AwaitOutcome(ctx, d.Task.TaskID)
 		if err != nil {
 			if bg.Err() == nil {
@@ -741,7 +745,7 @@ func (s *Service) onInput(server string, r mcpclient.InputRequest) {
 		s.log.Warn("input request for an unknown task", "server", server)
 		return
 	}
-	if _, err := s.store.UpsertInputs(ctx, op.ID, operations.InputsFrom([]mcpclient.InputRequest{r}, op.Task.Deadline)); err != nil {
+	if err := s.storeInput(ctx, op, r); err != nil {
 		s.log.Error("store input request", "operation", op.ID, "err", err)
 	}
 }
