@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,6 +24,8 @@ type AccountsView struct {
 	Form NewAccountForm
 	// Self is the signed-in account's id (it may not disable itself).
 	Self int64
+	// AllTenants is true when the admin holds every tenant and may give all tenants.
+	AllTenants bool
 }
 
 // NewAccountForm is the add-account form's fields.
@@ -66,6 +69,7 @@ func (s *Server) renderAccounts(w http.ResponseWriter, r *http.Request, status i
 		return
 	}
 	v.Page, v.Accounts, v.Roles, v.Tenants, v.Self = s.page("Accounts", "accounts"), list, auth.Roles, s.knownTenants(r), p.ID
+	v.AllTenants = p.Scope.All
 	w.Header().Set("Cache-Control", "no-store")
 	s.render(w, r, status, accountsPage(v))
 }
@@ -199,4 +203,60 @@ func userMessage(err error) string {
 		return "That was not accepted."
 	}
 	return strings.ToUpper(msg[:1]) + msg[1:] + "."
+}
+
+// handleSetRole changes an account's role and tenant scope. The tenants are picked from the
+// policy's list (those in the admin's scope) or "all tenants" for an admin who holds all; the
+// store refuses a scope the admin does not cover and audits the change with before and after.
+func (s *Server) handleSetRole(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+	if err != nil {
+		s.handleNotFound(w, r)
+		return
+	}
+	p := principal(r)
+	bad := func(msg string) {
+		s.renderAccounts(w, r, http.StatusBadRequest, AccountsView{Flash: msg, FlashTone: "bad", Form: NewAccountForm{Role: string(auth.RoleViewer)}})
+	}
+	if id == p.ID {
+		bad("You cannot change your own role or tenants; ask another administrator.")
+		return
+	}
+	role, err := auth.ParseRole(r.PostFormValue("role"))
+	if err != nil {
+		bad("Choose a role: " + userMessage(err))
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		bad("The form could not be read.")
+		return
+	}
+	var scope auth.Scope
+	if r.PostForm.Get("all_tenants") == "yes" {
+		if !p.Scope.All {
+			s.forbidden(w, r, "Only an administrator of all tenants may give all tenants.")
+			return
+		}
+		scope = auth.AllTenants
+	} else {
+		known := s.knownTenants(r)
+		picked := r.PostForm["tenant"]
+		if len(picked) == 0 {
+			bad("Pick at least one tenant, or all tenants.")
+			return
+		}
+		for _, t := range picked {
+			if !slices.Contains(known, t) {
+				bad("Tenant " + strconv.Quote(t) + " is not one of the policy's tenants in your scope.")
+				return
+			}
+		}
+		scope = auth.TenantScope(picked...)
+	}
+	a, err := s.deps.Auth.SetRole(r.Context(), s.actor(r), p.Scope, id, role, scope)
+	if s.authError(w, r, err) {
+		return
+	}
+	s.renderAccounts(w, r, http.StatusOK, AccountsView{Flash: "Account " + a.Email + " is now " + string(a.Role) + " for " + a.Scope.String() + ".",
+		FlashTone: "ok", Form: NewAccountForm{Role: string(auth.RoleViewer)}})
 }

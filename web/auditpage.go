@@ -30,6 +30,9 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := AuditView{Actor: strings.TrimSpace(q.Get("actor")), Action: q.Get("action"), Tenant: q.Get("tenant"), First: q.Get("before") == "",
 		Target: strings.TrimSpace(q.Get("target"))}
+	if op := strings.TrimSpace(q.Get("operation")); op != "" {
+		v.Target = "operation:" + op
+	}
 	if v.Tenant != "" && !s.allowTenant(w, r, v.Tenant) {
 		return
 	}
@@ -104,6 +107,79 @@ func targetHref(target string) string {
 		return "/operations/" + url.PathEscape(id)
 	case "reconcile", "reconciliation", "reconciliation_item":
 		return "/reconcile/" + url.PathEscape(id)
+	}
+	return ""
+}
+
+// auditVerbs says each audited action as the verb of a sentence: "<actor> <verb> <target>".
+var auditVerbs = map[string]string{
+	"account.change_password":    "changed the password of",
+	"account.create":             "created the account",
+	"account.disable":            "disabled the account",
+	"account.enable":             "enabled the account",
+	"account.reset_password":     "reset the password of",
+	"account.set_role":           "changed the role and tenants of",
+	"auth.proxy_signin":          "signed in through the proxy as",
+	"auth.signin":                "signed in",
+	"auth.signin_throttled":      "was throttled signing in",
+	"auth.signout":               "signed out",
+	"flag.change":                "changed the flag",
+	"flag.delete":                "deleted the flag",
+	"flag.import":                "imported flags into",
+	"flag.revert":                "reverted the flag",
+	"flag.set":                   "set the flag",
+	"gate.run":                   "ran the gate suite for",
+	"killswitch.engage":          "engaged the kill switch",
+	"killswitch.release":         "released the kill switch",
+	"killswitch.release_request": "asked to release the kill switch",
+	"killswitch.release_approve": "approved the release of the kill switch",
+	"operation.cancel":           "asked to cancel",
+	"operation.cancel_reply":     "recorded the server's answer to the cancel of",
+	"operation.input":            "answered a question of",
+	"operation.retry":            "retried",
+	"reconcile.batch":            "ran a bulk action on",
+	"reconcile.claim":            "claimed",
+	"reconcile.escalate":         "escalated",
+	"reconcile.open":             "opened",
+	"reconcile.release":          "released the claim on",
+	"reconcile.resolve":          "resolved",
+	"reconcile.retry":            "retried",
+	"reconcile.reverify":         "sent back to the verifier",
+	"reconcile.settle":           "settled",
+	"rollout.pause":              "paused the rollout of",
+	"rollout.promote":            "promoted the rollout of",
+	"rollout.resume":             "resumed the rollout of",
+	"rollout.rollback":           "rolled back",
+	"server.probe":               "probed",
+	"token.create":               "created the API token",
+	"token.revoke":               "revoked the API token",
+}
+
+// auditVerb is the action as words; an action without words is shown as its code.
+func auditVerb(action string) string {
+	if v, ok := auditVerbs[action]; ok {
+		return v
+	}
+	return "did " + action + " on"
+}
+
+// targetWords names an audit target for a sentence: "operation 0b1…", "reconciliation item 7".
+func targetWords(target string) string {
+	kind, id, ok := strings.Cut(target, ":")
+	if !ok || id == "" {
+		return target
+	}
+	switch kind {
+	case "reconcile", "reconciliation", "reconciliation_item":
+		return "reconciliation item " + id
+	}
+	return strings.ReplaceAll(kind, "_", " ") + " " + id
+}
+
+// auditOperation is the operation id of an "operation:" target filter, else "".
+func auditOperation(target string) string {
+	if id, ok := strings.CutPrefix(target, "operation:"); ok {
+		return id
 	}
 	return ""
 }

@@ -73,6 +73,15 @@ func TestBrowserKillSwitchEngageRelease(t *testing.T) {
 	if v := e.flags.Check(ctxDB, startOf("refund")); !v.Blocked {
 		t.Fatalf("engaged through the browser but starts go ahead: %+v", v)
 	}
+	// Release asks first, saying what will change.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(row+` [data-testid=release-open]`)),
+		chromedp.WaitVisible(chromedp.CSS(row+` [data-testid=release-says]`))); err != nil {
+		t.Fatal(err)
+	}
+	if got := text(t, ctx, row+` [data-testid=release-says]`); !strings.Contains(got, "start on their Task route again") || !strings.Contains(got, "1 running Task keeps") {
+		t.Errorf("the release confirmation says %q", got)
+	}
+	screenshot(t, ctx, "killswitch-release-confirm")
 	if err := chromedp.Do(ctx,
 		chromedp.SendKeys(chromedp.CSS(row+` [data-testid=release-form] input[name=reason]`), "fix deployed"),
 		chromedp.Click(chromedp.CSS(row+` [data-testid=release-form] button`)),

@@ -3,10 +3,13 @@ package web
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/taskgate/taskgate/reconcile"
 )
 
 // TestBrowserPagesFitAndKeys loads every main page at 1280 and at 390 px and checks that none is
@@ -22,6 +25,11 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 		VALUES ($1, 'q', 'elicitation/create', 'Approve the refund of A-fit-1 to the original card, a rather long question?', '[{"name":"approve","type":"boolean","required":true}]')`, id); err != nil {
 		t.Fatal(err)
 	}
+	// The first operation waits for its answer, so its page shows the question to answer.
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tasks SET state = 'input_required' WHERE operation_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	item := e.openItem(t, "acme", "fit-item", reconcile.ReasonSyncTimeout)
 	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, 120*time.Second)
@@ -33,7 +41,8 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	pages := map[string]string{"overview": "/", "inbox": "/inbox", "operations": "/operations", "operation": "/operations/" + id,
-		"reconcile": "/reconcile", "audit": "/audit", "servers": "/servers", "workflows": "/workflows", "accounts": "/admin/accounts"}
+		"reconcile": "/reconcile", "reconcile-item": "/reconcile/" + item, "audit": "/audit", "audit-operation": "/audit?operation=" + id,
+		"servers": "/servers", "workflows": "/workflows", "accounts": "/admin/accounts", "tokens": "/admin/tokens", "gates": "/gates"}
 	for _, width := range []int64{1280, 390} {
 		if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, 860)); err != nil {
 			t.Fatal(err)
@@ -42,18 +51,57 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 			if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+path), chromedp.WaitVisible(chromedp.CSS(`[data-testid=page-title]`))); err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}
-			fit, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.scrollWidth + " " + window.innerWidth`))
+			// Nothing is wider than the screen: neither the window nor the space beside a
+			// scroll bar.
+			fit, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.scrollWidth + " " + window.innerWidth + " " + document.documentElement.clientWidth`))
 			if err != nil {
 				t.Fatal(err)
 			}
-			var sw, iw int
-			fmt.Sscan(fit, &sw, &iw)
-			if sw > iw {
-				t.Errorf("%s at %d px is %d px wide", path, width, sw)
+			var sw, iw, cw int
+			fmt.Sscan(fit, &sw, &iw, &cw)
+			if sw > iw || sw > cw {
+				t.Errorf("%s at %d px is %d px wide (window %d, beside the scroll bar %d)", path, width, sw, iw, cw)
 			}
+			checkHeader(t, ctx, path, width)
 			screenshot(t, ctx, fmt.Sprintf("page-%s-%d", name, width))
 		}
 	}
+	// At 390 px: the operations list is stacked rows with the work, the states and the age in
+	// view; the operation page puts the question and the cancel control on the first screen,
+	// with no answer chosen.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), chromedp.Navigate(e.URL+"/operations"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=op-row]`))); err != nil {
+		t.Fatal(err)
+	}
+	stacked, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const row = document.querySelector('[data-testid=op-row]');
+		const cw = document.documentElement.clientWidth;
+		const out = [];
+		for (const sel of ['td[data-label=Work]', '[data-testid=task-state]', '[data-testid=domain-outcome]', '[data-testid=started]', '[data-testid=elapsed]']) {
+			const c = row.querySelector(sel);
+			if (!c) { out.push(sel + ' missing'); continue; }
+			const r = c.getBoundingClientRect();
+			if (getComputedStyle(c).display !== 'block') out.push(sel + ' not stacked');
+			if (r.height === 0 || r.right > cw || r.left < 0) out.push(sel + ' not in view');
+		}
+		return out.join('; ');
+	})()`))
+	if err != nil || stacked != "" {
+		t.Errorf("operations list at 390 px: %s %v", stacked, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+"/operations/"+id), chromedp.WaitVisible(chromedp.CSS(`[data-testid=input-form]`))); err != nil {
+		t.Fatal(err)
+	}
+	top, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const q = document.querySelector('[data-testid=input-open]').getBoundingClientRect();
+		const c = document.querySelector('[data-testid=cancel-open]').getBoundingClientRect();
+		const f = document.querySelector('[data-testid=op-facts]').getBoundingClientRect();
+		return [q.top < innerHeight && q.top < f.top, c.top < innerHeight && c.top < f.top, document.querySelector('[data-testid=input-bool]').value].join(' ');
+	})()`))
+	if err != nil || top != "true true " {
+		t.Errorf("operation page at 390 px: question on the first screen, cancel on the first screen, answer chosen = %q (%v)", top, err)
+	}
+	screenshot(t, ctx, "operation-question-390")
+
 	// Keys: "/" focuses the search from any page; j moves along the rows.
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 860), chromedp.Navigate(e.URL+"/operations"),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid=op-row]`)), chromedp.KeyEvent("/")); err != nil {
@@ -70,5 +118,35 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 	}
 	if got, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Array.from(document.querySelectorAll("[data-testid=op-row] [data-testid=op-link]")).indexOf(document.activeElement)`)); err != nil || got != 1 {
 		t.Fatalf("after j j the focus is on row %d (%v)", got, err)
+	}
+}
+
+// checkHeader holds the header to its rule at each width: at 390 px one row with the menu and
+// without the wide navigation; at 1280 px the navigation and no menu.
+func checkHeader(t *testing.T, ctx context.Context, path string, width int64) {
+	t.Helper()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const bar = document.querySelector('[data-testid=topbar]');
+		const menu = document.querySelector('[data-testid=menu-open]');
+		const nav = document.querySelector('.wide-nav');
+		const seen = el => el !== null && el.getBoundingClientRect().height > 0;
+		const tops = Array.from(bar.children).filter(seen).map(el => Math.round(el.getBoundingClientRect().top + el.getBoundingClientRect().height / 2));
+		const oneRow = tops.every(y => Math.abs(y - tops[0]) <= 6) && bar.getBoundingClientRect().height <= 56;
+		const inView = Array.from(bar.children).filter(seen).every(el => el.getBoundingClientRect().right <= document.documentElement.clientWidth);
+		return [oneRow, inView, seen(menu), seen(nav)].join(' ');
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "true true false true"
+	if width <= 720 {
+		want = "true true true false"
+	}
+	if width > 720 {
+		// A wide screen may wrap the navigation; only the menu and the navigation are checked.
+		got, want = got[strings.Index(got, " ")+1:], want[strings.Index(want, " ")+1:]
+	}
+	if got != want {
+		t.Errorf("%s at %d px: header one row, in view, menu shown, navigation shown = %q, want %q", path, width, got, want)
 	}
 }

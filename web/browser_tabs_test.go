@@ -80,7 +80,8 @@ func TestBrowserEightTabsLoadAndUpdate(t *testing.T) {
 	}
 	for i, tab := range tabs {
 		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
-		err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-action="token.create"]`)))
+		err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`[data-testid=live-new-show]`)), chromedp.Click(chromedp.CSS(`[data-testid=live-new-show]`)),
+			chromedp.WaitVisible(chromedp.CSS(`tr[data-action="token.create"]`)))
 		cancel()
 		if err != nil {
 			t.Fatalf("tab %d did not update: %v", i+1, err)

@@ -169,8 +169,17 @@ func TestBrowserEachRole(t *testing.T) {
 				tokName, auth.TenantScope("acme")); err != nil {
 				t.Fatal(err)
 			}
-			if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-action="token.create"]`))); err != nil {
+			// The new row is announced, not inserted, until the person asks for it.
+			newRow := `Array.from(document.querySelectorAll('tr[data-action="token.create"]')).some(r => r.textContent.includes('` + tokName + `'))`
+			if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`[data-testid=live-new-show]`))); err != nil {
 				t.Fatalf("live update: %v", err)
+			}
+			if shown, err := chromedp.Run(ctx, chromedp.Evaluate[bool](newRow)); err != nil || shown {
+				t.Errorf("a new audit row was inserted before the person asked (%v)", err)
+			}
+			if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-testid=live-new-show]`)),
+				chromedp.Poll[chromedp.Void](newRow, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+				t.Fatalf("show the new rows: %v", err)
 			}
 			screenshot(t, ctx, "audit-"+role)
 			// The pause control is a real, keyboard-usable button.
@@ -229,8 +238,17 @@ func TestBrowserEachRole(t *testing.T) {
 				}
 				screenshot(t, ctx, "audit-narrow")
 			}
-			// Sign out: the session ends and pages ask for sign-in again.
-			if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+"/"), chromedp.Click(chromedp.CSS(`[data-testid=signout]`)),
+			// Sign out: the session ends and pages ask for sign-in again. On the narrow screen
+			// (the admin's last pages) the account is in the header's menu.
+			signout := []chromedp.Action[chromedp.Void]{chromedp.Navigate(e.URL + "/"), chromedp.Click(chromedp.CSS(`[data-testid=signout]`))}
+			if isAdmin {
+				signout = []chromedp.Action[chromedp.Void]{chromedp.Navigate(e.URL + "/"), chromedp.Click(chromedp.CSS(`[data-testid=menu-open]`)),
+					chromedp.WaitVisible(chromedp.CSS(`[data-testid=menu-audit]`)), chromedp.Click(chromedp.CSS(`[data-testid=menu-signout]`))}
+			}
+			if err := chromedp.Do(ctx, signout...); err != nil {
+				t.Fatal(err)
+			}
+			if err := chromedp.Do(ctx,
 				chromedp.WaitVisible(chromedp.CSS(`[data-testid=signin-form]`)),
 				chromedp.Navigate(e.URL+"/audit"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=signin-form]`))); err != nil {
 				t.Fatal(err)

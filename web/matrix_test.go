@@ -80,6 +80,7 @@ var routeAccess = map[string]string{
 	"POST /admin/accounts/{id}/disable":        "admin",
 	"POST /admin/accounts/{id}/enable":         "admin",
 	"POST /admin/accounts/{id}/reset-password": "admin",
+	"POST /admin/accounts/{id}/role":           "admin",
 	"GET /admin/tokens":                        "admin",
 	"POST /admin/tokens":                       "admin",
 	"POST /admin/tokens/{id}/revoke":           "admin",
@@ -93,6 +94,9 @@ var routePaths = map[string]func(e *testEnv) string{
 	},
 	"/admin/accounts/{id}/enable": func(e *testEnv) string {
 		return "/admin/accounts/" + id(e.users["globex-viewer"].Account.ID) + "/enable"
+	},
+	"/admin/accounts/{id}/role": func(e *testEnv) string {
+		return "/admin/accounts/" + id(e.users["globex-viewer"].Account.ID) + "/role"
 	},
 	"/admin/accounts/{id}/reset-password": func(e *testEnv) string {
 		return "/admin/accounts/" + id(e.users["globex-viewer"].Account.ID) + "/reset-password"

@@ -45,13 +45,21 @@ type OperationView struct {
 	Doing, MayHave []string
 	// ReconLink is the reconciliation item's page, "" when the console has none.
 	ReconLink string
+	// Reason is why the work failed or was refused, in the server's own words (its tool error
+	// text, its error message or its final status message), bounded; ReasonLabel says whose.
+	Reason, ReasonLabel string
+	// Advice is what the person is meant to do when the operation needs one, "" otherwise.
+	Advice string
 }
 
 // TimelineLine is one line of the timeline: an entry, or a run of routine observations of one
 // state collapsed with a count.
 type TimelineLine struct {
-	At, Until        time.Time
-	Source, State    string
+	At, Until     time.Time
+	Source, State string
+	// Who names the real source of the line in words: a poll, a notification, the create
+	// call, the verifier, the server's answer to a cancel, or the person by name.
+	Who              string
 	Tone             string
 	Message, Label   string
 	Count            int
@@ -110,6 +118,13 @@ func (s *Server) operationView(r *http.Request, d operations.Detail, flash, tone
 		}
 	}
 	v.Timeline, v.LastProgress, v.LastProgressAt = timelineLines(d)
+	v.Reason, v.ReasonLabel = failureReason(d)
+	switch {
+	case d.Reconciliation != nil && d.Reconciliation.ClosedAt == nil:
+		v.Advice = adviceFor(d.Reconciliation.Reason, operations.AttentionReconcile)
+	case d.Attention != "":
+		v.Advice = adviceFor(d.AttentionReason, d.Attention)
+	}
 	v.Inputs = d.Inputs
 	v.ClosedWhy = map[string]string{}
 	for _, in := range d.Inputs {
@@ -231,7 +246,7 @@ func timelineLines(d operations.Detail) ([]TimelineLine, string, time.Time) {
 			}
 			continue
 		}
-		line := TimelineLine{At: e.At, Until: e.At, Source: e.Source, State: e.State, Message: msg, Count: 1,
+		line := TimelineLine{At: e.At, Until: e.At, Source: e.Source, State: e.State, Message: msg, Count: 1, Who: timelineWho(e),
 			Operator: e.Source == operations.SourceOperator, Tone: timelineTone(e.State)}
 		line.Notice = strings.HasPrefix(e.State, "cancel") || strings.HasPrefix(e.State, "input")
 		out = append(out, line)
@@ -355,4 +370,78 @@ func cancelWords(d operations.Detail, wf *config.Workflow, progress string, now 
 	mayHave = append(mayHave, "The server may finish the work before it sees the request, or refuse it.",
 		"The domain outcome stays pending until the verifier confirms what happened.")
 	return doing, mayHave
+}
+
+// timelineWho names who or what wrote a timeline entry. Entries recorded with the operator source
+// are not all a person's: the verifier's checks and the server's answers to a cancel are named
+// as such, and a person's own entries by the name the entry records.
+func timelineWho(e operations.TimelineEntry) string {
+	switch e.State {
+	case "verified", "unverified", "no_effect_to_verify", "manual_verification":
+		return "verifier"
+	case "cancel_acknowledged", "cancel_refused":
+		return "server's answer to the cancel"
+	case "cancel_unanswered":
+		return "cancel request (no answer from the server)"
+	case "input_refused":
+		return "answer not taken"
+	}
+	switch e.Source {
+	case operations.SourcePoll:
+		return "poll"
+	case operations.SourceNotification:
+		return "notification"
+	case operations.SourceCreate:
+		return "the call to the server"
+	case operations.SourceWatcher:
+		return "watcher"
+	case operations.SourceOperator:
+		if name := personIn(e.Message); name != "" {
+			return name
+		}
+		return "a person"
+	}
+	return e.Source
+}
+
+// personIn finds the name in the messages a person's actions record: "… by NAME: reason",
+// "… by NAME (reason)", "… by NAME after …", "… by NAME; …" or "… by NAME" at the end.
+func personIn(msg string) string {
+	i := strings.Index(msg, " by ")
+	if i < 0 {
+		return ""
+	}
+	rest := msg[i+len(" by "):]
+	if j := strings.IndexAny(rest, " :;(,"); j >= 0 {
+		rest = rest[:j]
+	}
+	if rest == "" || len(rest) > 200 {
+		return ""
+	}
+	return rest
+}
+
+// failureReason is why a failed, refused or tool-error result says it failed, in the server's
+// words: the first line of the tool's error text or of the JSON-RPC error message, else the final
+// status message. "" when the work did not fail.
+func failureReason(d operations.Detail) (string, string) {
+	e := d.Envelope
+	if e == nil {
+		return "", ""
+	}
+	failed := e.ToolError || e.ErrorCode != nil || e.Status == string(operations.StateFailed)
+	if !failed {
+		return "", ""
+	}
+	label := "Reason given by the server"
+	if e.ToolError {
+		label = "Reason given by the tool"
+	}
+	for _, text := range []string{e.Preview, e.StatusMessage} {
+		line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
+		if line = strings.TrimSpace(line); line != "" {
+			return boundText(line, 200), label
+		}
+	}
+	return "", ""
 }

@@ -49,6 +49,7 @@ type ReconcileQueueView struct {
 	Query             string
 	Self              string
 	Workflows         []string
+	Tenants           []string
 	Reasons           []string
 	ResolutionReasons []string
 	CanAct            bool
@@ -115,7 +116,7 @@ func (s *Server) queueView(r *http.Request, get func(string) string) (ReconcileQ
 	p := principal(r)
 	v := ReconcileQueueView{Page: s.page("Reconciliation", "reconcile"), Enabled: s.deps.Reconcile != nil,
 		Tenant: get("tenant"), Workflow: get("workflow"), Reason: get("reason"), State: get("state"), Age: get("age"),
-		ClaimedBy: get("claimed_by"), Reasons: reconcile.Reasons(), CanAct: p.Can(auth.RoleSupport), Me: p.Name}
+		ClaimedBy: get("claimed_by"), Reasons: reconcile.Reasons(), CanAct: p.Can(auth.RoleSupport), Me: p.Name, Tenants: s.knownTenants(r)}
 	if s.deps.Policy != nil {
 		for _, w := range s.deps.Policy.Workflows {
 			v.Workflows = append(v.Workflows, w.Name)

@@ -84,6 +84,7 @@ func (s *Server) routes() http.Handler {
 			r.Post("/admin/accounts/{id}/disable", s.accountAction("disable"))
 			r.Post("/admin/accounts/{id}/enable", s.accountAction("enable"))
 			r.Post("/admin/accounts/{id}/reset-password", s.accountAction("reset-password"))
+			r.Post("/admin/accounts/{id}/role", s.handleSetRole) // admin.go: role and tenant scope, from the policy's tenants
 			r.Get("/admin/tokens", s.handleTokens)
 			r.Post("/admin/tokens", s.handleCreateToken)
 			r.Post("/admin/tokens/{id}/revoke", s.handleRevokeToken)

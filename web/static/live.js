@@ -167,4 +167,120 @@
   }
   window.setInterval(refresh, 30000);
   render();
+
+  // Lists keep still. A region marked data-live-rows is not replaced by a refresh: a row that
+  // is already shown (matched by its data-key) has its cells changed in place, and new rows are
+  // only announced ("3 new — show") in a bar that floats over the page, so nothing under the
+  // pointer moves. "Show" puts in the newest list. Rows that left the list or changed group wait
+  // for "show" as well.
+  var latest = {};
+  function keyed(root) {
+    var out = {};
+    root.querySelectorAll("[data-key]").forEach(function (el) { out[el.getAttribute("data-key")] = el; });
+    return out;
+  }
+  function groupOf(el) {
+    var g = el.closest("[data-group]");
+    return g ? g.getAttribute("data-group") : "";
+  }
+  function bar(region) {
+    var id = "live-new-" + region.id;
+    var b = document.getElementById(id);
+    if (!b) {
+      b = document.createElement("div");
+      b.id = id;
+      b.className = "live-new";
+      b.setAttribute("role", "status");
+      b.setAttribute("data-testid", "live-new");
+      var words = document.createElement("span");
+      words.setAttribute("data-testid", "live-new-text");
+      var show = document.createElement("button");
+      show.type = "button";
+      show.textContent = "show";
+      show.setAttribute("data-testid", "live-new-show");
+      show.addEventListener("click", function () { showLatest(region.id); });
+      b.appendChild(words);
+      b.appendChild(show);
+      b.hidden = true;
+      document.body.appendChild(b);
+    }
+    return b;
+  }
+  function showLatest(id) {
+    var fresh = latest[id];
+    var cur = document.getElementById(id);
+    delete latest[id];
+    var b = document.getElementById("live-new-" + id);
+    if (b) { b.hidden = true; }
+    if (!fresh || !cur) { return; }
+    cur.replaceWith(fresh);
+    window.htmx.process(fresh);
+  }
+  function merge(region, fresh) {
+    var old = keyed(region);
+    var now = keyed(fresh);
+    var oldKeys = Object.keys(old);
+    if (oldKeys.length === 0) {
+      // Nothing shown to keep still: take the new list as it is.
+      latest[region.id] = fresh;
+      showLatest(region.id);
+      return;
+    }
+    var added = 0;
+    var changed = false;
+    Object.keys(now).forEach(function (k) {
+      var o = old[k];
+      var n = now[k];
+      if (!o) {
+        added++;
+        return;
+      }
+      if (groupOf(o) !== groupOf(n)) {
+        changed = true;
+      }
+      if (o.innerHTML !== n.innerHTML) {
+        var focused = o.contains(document.activeElement) ? document.activeElement.getAttribute("data-testid") : null;
+        o.innerHTML = n.innerHTML;
+        window.htmx.process(o);
+        var again = focused && o.querySelector('[data-testid="' + focused + '"]');
+        if (again) { again.focus(); }
+      }
+      if (o.className !== n.className) {
+        o.className = n.className;
+      }
+    });
+    oldKeys.forEach(function (k) { if (!now[k]) { changed = true; } });
+    fresh.querySelectorAll("[data-live-part]").forEach(function (n) {
+      var o = region.querySelector('[data-live-part="' + n.getAttribute("data-live-part") + '"]');
+      if (o && o.textContent !== n.textContent) { o.textContent = n.textContent; }
+    });
+    var b = bar(region);
+    if (added === 0 && !changed) {
+      delete latest[region.id];
+      b.hidden = true;
+      return;
+    }
+    latest[region.id] = fresh;
+    var words = b.querySelector("[data-testid=live-new-text]");
+    words.textContent = added > 0 ? added + " new —" : "the list changed —";
+    b.setAttribute("data-new", String(added));
+    b.hidden = false;
+  }
+  document.body.addEventListener("htmx:beforeSwap", function (ev) {
+    var region = ev.detail.target;
+    if (!region || !region.hasAttribute || !region.hasAttribute("data-live-rows") || !region.id) {
+      return;
+    }
+    var xhr = ev.detail.xhr;
+    if (!xhr || xhr.status !== 200) {
+      return;
+    }
+    var doc = new window.DOMParser().parseFromString(ev.detail.serverResponse, "text/html");
+    var fresh = doc.getElementById(region.id);
+    if (!fresh) {
+      return;
+    }
+    ev.detail.shouldSwap = false;
+    merge(region, document.importNode(fresh, true));
+  });
 })();

@@ -1,0 +1,149 @@
+package web
+
+import (
+	"context"
+	"html"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskgate/taskgate/internal/opstest"
+	"github.com/taskgate/taskgate/reconcile"
+)
+
+// TestTimelineNamesItsSource: a cancel sent from the console, the server's acknowledgement and a
+// verifier's check each name their real source on the operation's timeline: the person by name,
+// the server's answer to the cancel, the verifier; none is credited to "operator".
+func TestTimelineNamesItsSource(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	id := e.start(t, "acme", "refund", "src-1", `{"outcome": "hang"}`)
+	if res, _ := e.do(t, "operator", http.MethodPost, "/operations/"+id+"/cancel", url.Values{"reason": {"customer withdrew by phone"}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("cancel: %d", res.StatusCode)
+	}
+	// The verifier's check, written the way the verifier writes it.
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1, 'operator', 'verified', 'verifier (http): not_applied')`, id); err != nil {
+		t.Fatal(err)
+	}
+	_, body := e.do(t, "viewer", http.MethodGet, "/operations/"+id, nil)
+	who := map[string]string{}
+	for _, line := range testidAll(body, "timeline-line", "tr") {
+		state := firstText(testidText(line, "timeline-who", "td"))
+		msg := line
+		switch {
+		case strings.Contains(msg, "cancel requested by"):
+			who["cancel_requested"] = state
+		case strings.Contains(msg, "acknowledged the cancel"):
+			who["cancel_acknowledged"] = state
+		case strings.Contains(msg, "verifier (http)"):
+			who["verified"] = state
+		}
+	}
+	for state, want := range map[string]string{"cancel_requested": "operator@test", "cancel_acknowledged": "server's answer to the cancel", "verified": "verifier"} {
+		got := strings.TrimSpace(who[state])
+		if !strings.HasPrefix(got, want) {
+			t.Errorf("the %s line names %q, want %q", state, got, want)
+		}
+	}
+	for _, w := range testidAll(body, "timeline-who", "td") {
+		if firstText(w) == "operator" {
+			t.Errorf("a line credited to the bare source \"operator\":\n%s", body)
+		}
+	}
+}
+
+// TestFailureReasonInWords: a tool that answers with an error shows its reason ("declined by the
+// system of record") in words beside the outcome, not only inside the preview.
+func TestFailureReasonInWords(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	id := e.start(t, "acme", "refund", "why-1", `{"duration_ms": 10, "outcome": "tool_error", "text": "declined by the system of record"}`)
+	_, passes := e.b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 20*time.Second, "the tool error's envelope", func() bool { return e.b.Detail(t, id).Envelope != nil })
+	_, body := e.do(t, "viewer", http.MethodGet, "/operations/"+id, nil)
+	reason := testidText(body, "outcome-reason", "p")
+	if !strings.Contains(reason, "declined by the system of record") || !strings.Contains(reason, "Reason given by the tool") {
+		t.Fatalf("outcome reason %q\n%s", reason, body)
+	}
+	// A completed task without an error has no reason line.
+	ok := e.start(t, "acme", "refund", "why-2", `{"duration_ms": 10}`)
+	opstest.WaitFor(t, passes, 20*time.Second, "the result's envelope", func() bool { return e.b.Detail(t, ok).Envelope != nil })
+	if _, body := e.do(t, "viewer", http.MethodGet, "/operations/"+ok, nil); has(body, "outcome-reason") {
+		t.Error("a successful result shows a failure reason")
+	}
+}
+
+// TestEveryReasonSaysWhatToDo: each reconciliation reason code has its own "what to do" text, and
+// the queue, the item page and the operation page show it with links to the operation and to the
+// audit rows.
+func TestEveryReasonSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	seen := map[string]string{}
+	for _, r := range reconcile.Reasons() {
+		a := adviceFor(r, "")
+		if a == "" || a == reconcile.ReasonText(r) {
+			t.Errorf("reason %s has no advice of its own", r)
+		}
+		if other, dup := seen[a]; dup {
+			t.Errorf("reasons %s and %s share the same advice", r, other)
+		}
+		seen[a] = r
+	}
+	e := newOpsEnv(t)
+	item := e.openItem(t, "acme", "todo-1", reconcile.ReasonSyncTimeout)
+	want := adviceFor(reconcile.ReasonSyncTimeout, "")
+	_, queue := e.do(t, "support", http.MethodGet, "/reconcile", nil)
+	row := testidText(queue, "item-"+item, "tr")
+	if !strings.Contains(testidText(row, "item-advice", "div"), want) || !has(row, "item-op-link") {
+		t.Errorf("queue row without its advice or operation link:\n%s", row)
+	}
+	_, page := e.do(t, "support", http.MethodGet, "/reconcile/"+item, nil)
+	var opID string
+	if err := e.pool.QueryRow(context.Background(), `SELECT operation_id FROM reconciliation_items WHERE public_id = $1`, item).Scan(&opID); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(testidText(page, "item-advice", "p"), want) {
+		t.Errorf("item page without advice:\n%s", page)
+	}
+	for _, link := range []string{`href="/operations/` + opID + `"`, `href="/audit?target=operation:` + opID + `"`, `href="/audit?target=reconciliation:` + item + `"`} {
+		if !strings.Contains(page, link) {
+			t.Errorf("item page lacks the link %s", link)
+		}
+	}
+	_, op := e.do(t, "support", http.MethodGet, "/operations/"+opID, nil)
+	if adv := testidText(op, "op-advice", "p"); !strings.Contains(adv, want) || !has(op, "op-advice-item") {
+		t.Errorf("operation page advice %q", adv)
+	}
+}
+
+// testidAll returns, for every element with data-testid=id, the text up to its closing tag.
+func testidAll(body, id, tag string) []string {
+	var out []string
+	mark := `data-testid="` + id + `"`
+	for {
+		i := strings.Index(body, mark)
+		if i < 0 {
+			return out
+		}
+		body = body[i:]
+		seg := body
+		if j := strings.Index(seg, "</"+tag+">"); j >= 0 {
+			seg = seg[:j]
+		}
+		out = append(out, seg)
+		body = body[len(mark):]
+	}
+}
+
+// firstText is the first text of an element's markup (after its opening tag, before the next tag).
+func firstText(seg string) string {
+	if i := strings.Index(seg, ">"); i >= 0 {
+		seg = seg[i+1:]
+	}
+	if i := strings.Index(seg, "<"); i >= 0 {
+		seg = seg[:i]
+	}
+	return strings.TrimSpace(html.UnescapeString(seg))
+}
