@@ -60,8 +60,9 @@ type RecentViolation struct {
 type HourBucket struct {
 	// Start is the start of the hour (UTC).
 	Start time.Time `json:"start"`
-	// Starts counts operations started, Terminal tasks that reached a final state, Unknown
-	// reconciliation items opened (an outcome Taskgate could not tell).
+	// Starts counts operations started, Terminal operations whose work ended (a task that
+	// reached a final state, or a synchronous call that answered), Unknown reconciliation items
+	// opened (an outcome Taskgate could not tell).
 	Starts   int `json:"starts"`
 	Terminal int `json:"terminal"`
 	Unknown  int `json:"unknown"`
@@ -134,7 +135,10 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 		SELECT h.start,
 			(SELECT count(*) FROM operations o WHERE ($1 OR o.tenant = ANY($2)) AND o.created_at >= h.start AND o.created_at < h.start + interval '1 hour'),
 			(SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id WHERE ($1 OR o.tenant = ANY($2))
-				AND t.terminal_at >= h.start AND t.terminal_at < h.start + interval '1 hour'),
+				AND t.terminal_at >= h.start AND t.terminal_at < h.start + interval '1 hour')
+			+ (SELECT count(*) FROM task_envelopes e JOIN operations o ON o.id = e.operation_id WHERE ($1 OR o.tenant = ANY($2))
+				AND e.finished_at >= h.start AND e.finished_at < h.start + interval '1 hour'
+				AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.operation_id = e.operation_id)),
 			(SELECT count(*) FROM reconciliation_items ri JOIN operations o ON o.id = ri.operation_id WHERE ($1 OR o.tenant = ANY($2))
 				AND ri.opened_at >= h.start AND ri.opened_at < h.start + interval '1 hour')
 		FROM h ORDER BY h.start`, all, tenants, hours).Query(func(rows pgx.Rows) error {

@@ -102,6 +102,21 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 	}
 	screenshot(t, ctx, "operation-question-390")
 
+	// Hovering a time or a chart's bar adds the reader's own time beside UTC.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 860), chromedp.Navigate(e.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=chart]`))); err != nil {
+		t.Fatal(err)
+	}
+	hover, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const bar = document.querySelector('[data-testid=chart-bar]');
+		bar.querySelector('rect').dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+		const tm = document.querySelector('time[datetime]');
+		tm.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+		return bar.querySelector('title').textContent + ' | ' + tm.title;
+	})()`))
+	if err != nil || strings.Count(hover, "UTC") < 2 || strings.Count(hover, "your time") != 2 {
+		t.Errorf("hover titles %q (%v), want UTC and your time in both", hover, err)
+	}
+
 	// Keys: "/" focuses the search from any page; j moves along the rows.
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 860), chromedp.Navigate(e.URL+"/operations"),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid=op-row]`)), chromedp.KeyEvent("/")); err != nil {

@@ -164,8 +164,17 @@ func (v *HomeView) fill(s *Server, r *http.Request, ov operations.Overview) {
 		}
 		v.Matrix = append(v.Matrix, rows...)
 	}
-	v.Chart = Chart{Hours: ov.Hours}
-	for _, h := range ov.Hours {
+	// The chart's window adapts to the data: from the first hour with anything in it, never
+	// fewer than minChartHours.
+	first := len(ov.Hours) - minChartHours
+	for i, h := range ov.Hours {
+		if h.Starts+h.Terminal+h.Unknown > 0 {
+			first = min(first, i)
+			break
+		}
+	}
+	v.Chart = Chart{Hours: ov.Hours[max(first, 0):]}
+	for _, h := range v.Chart.Hours {
 		v.Chart.Max = max(v.Chart.Max, h.Starts, h.Terminal, h.Unknown)
 		v.Chart.Starts += h.Starts
 		v.Chart.Terminal += h.Terminal

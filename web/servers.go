@@ -25,6 +25,8 @@ type ServersView struct {
 	CanProbe bool
 	// Flash reports the last probe asked for.
 	Flash, FlashTone string
+	// Charts are each server's small charts of the last hours.
+	Charts []ServerChart
 }
 
 // ServerRow is one server as the servers page lists it.
@@ -264,6 +266,11 @@ func (s *Server) renderServers(w http.ResponseWriter, r *http.Request, status in
 	}
 	v := ServersView{Page: s.page("MCP servers", "servers"), Servers: rows, Flash: flash, FlashTone: tone,
 		CanProbe: s.deps.Prober != nil && s.deps.Manifests != nil && principal(r).Can(auth.RoleOperator)}
+	names := make([]string, 0, len(rows))
+	for _, row := range rows {
+		names = append(names, row.Name)
+	}
+	v.Charts = s.serverCharts(r, names)
 	s.render(w, r, status, serversPage(v))
 }
 

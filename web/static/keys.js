@@ -43,3 +43,37 @@
     links[next].scrollIntoView({block: "nearest"});
   });
 })();
+
+// Local time beside UTC: a time's tooltip gives the absolute time in UTC (from the server) and,
+// when the pointer or the focus reaches it, the same moment in the reader's own time zone.
+// Chart bars carry their hour in data-utc and say it in their SVG title.
+(function () {
+  "use strict";
+  function local(iso) {
+    var d = new Date(iso);
+    if (isNaN(d.getTime())) {
+      return "";
+    }
+    return d.toLocaleString(undefined, {dateStyle: "medium", timeStyle: "short"});
+  }
+  function addLocal(ev) {
+    var el = ev.target && ev.target.closest ? ev.target.closest("time[datetime], [data-utc]") : null;
+    if (!el || el.getAttribute("data-local-done") === el.getAttribute("datetime") + el.getAttribute("data-utc")) {
+      return;
+    }
+    var iso = el.getAttribute("datetime") || el.getAttribute("data-utc");
+    var words = local(iso);
+    if (!words) {
+      return;
+    }
+    var title = el.querySelector ? el.querySelector(":scope > title") : null;
+    if (title) {
+      title.textContent = title.textContent.split(" · your time ")[0] + " · your time " + words;
+    } else {
+      el.title = (el.title || "").split(" · your time ")[0] + " · your time " + words;
+    }
+    el.setAttribute("data-local-done", el.getAttribute("datetime") + el.getAttribute("data-utc"));
+  }
+  document.addEventListener("mouseover", addLocal);
+  document.addEventListener("focusin", addLocal);
+})();
