@@ -74,3 +74,47 @@ func TestHostileJobAPIAnswersAreBoundedAndEscaped(t *testing.T) {
 	}
 	_ = climbOp
 }
+
+// A job API that took a job and then answers 404 for it (it lost its state, as the reference
+// receiver does when restarted) leaves the operation unknown with an item, and the job is no
+// longer read or submitted again.
+func TestJobTheJobAPIForgetsIsUnknownWithAnItem(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var posts, reads int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Method == http.MethodPost {
+			posts++
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_ = json.NewEncoder(w).Encode(map[string]string{"id": "j-forgotten", "status": "queued"})
+			return
+		}
+		reads++
+		http.Error(w, `{"error":"unknown job"}`, http.StatusNotFound)
+	}))
+	t.Cleanup(srv.Close)
+	b := opstest.Setup(t, opstest.Options{Extra: `
+  - {name: forgetful, server: rcv, tool: work_optional, effect: effectful, task_use: never, fallback: {kind: job_api, job_api: "` + srv.URL + `"}, owners: [ops]}
+`})
+	id := b.Start(t, "forgetful", "f-1", `{}`).Response.OperationID
+	_, passes := b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 10*time.Second, "the outcome unknown", func() bool { return b.Detail(t, id).DomainOutcome == operations.OutcomeUnknown })
+	d := b.Detail(t, id)
+	if d.Reconciliation == nil || d.Reconciliation.Reason == "" {
+		t.Fatalf("no reconciliation item with a reason: %+v", d.Reconciliation)
+	}
+	mu.Lock()
+	seen := reads
+	mu.Unlock()
+	for range 10 {
+		<-passes
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if reads != seen || posts != 1 {
+		t.Errorf("after the 404: %d more reads, %d submissions", reads-seen, posts)
+	}
+}

@@ -720,6 +720,20 @@ func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next ti
 	return nil
 }
 
+// jobLost records that the job API answered 404 for a job it had taken: the run stops being
+// followed and the operation's outcome becomes unknown with an item.
+func (s *Service) jobLost(ctx context.Context, opID, job string) {
+	msg := "the job API no longer knows job " + safetext.Cut(job, maxJobField) + " (HTTP 404)"
+	if _, err := s.cfg.Store.pool.Exec(ctx, `UPDATE job_runs SET status = 'unobservable', error = $2, next_poll_at = NULL,
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE operation_id = $1 AND status IN ('queued', 'running')`, opID, msg); err != nil {
+		s.cfg.Logger.Error("record job lost", "operation", opID, "err", err)
+		return
+	}
+	if err := s.cfg.Store.MarkUnknown(ctx, opID, "", ReasonTaskUnobservable, msg); err != nil {
+		s.cfg.Logger.Error("record job lost", "operation", opID, "err", err)
+	}
+}
+
 // FollowDueJobs polls up to n due jobs once each for replica and reports how many it polled.
 func (s *Service) FollowDueJobs(ctx context.Context, replica string, n int, lease time.Duration) (int, error) {
 	rows, err := s.cfg.Store.pool.Query(ctx, `
@@ -750,6 +764,12 @@ func (s *Service) FollowDueJobs(ctx context.Context, replica string, n int, leas
 		derr := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&j)
 		resp.Body.Close()
 		j.ID = d.job // the job asked about, whatever id the answer names
+		if resp.StatusCode == http.StatusNotFound {
+			// The job API no longer knows the job (it lost its state): the effect may or may
+			// not have happened, so the outcome is unknown and a person is asked; never resent.
+			s.jobLost(ctx, d.op, d.job)
+			continue
+		}
 		if resp.StatusCode != http.StatusOK || derr != nil || !j.usable() {
 			continue // polled again after the interval; an unusable answer is never stored
 		}
