@@ -60,13 +60,21 @@ type sseCursor struct {
 }
 
 // readSSECursor is readSSE keeping the stream's event id and retry field in cur (when set).
+// A data line is copied straight into the event, fragment by fragment, so an event costs its
+// own size, never more than maxLine, however long the line the server sends.
 func readSSECursor(r io.Reader, maxLine int, cur *sseCursor, onData func(data []byte) (stop bool)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
-	var data bytes.Buffer
+	var data chunkBuf
+	var field bytes.Buffer
 	for {
-		line, err := readLine(br, maxLine)
-		if err != nil {
+		frag, err := br.ReadSlice('\n')
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			if errors.Is(err, io.EOF) {
+				if len(frag) > 0 && bytes.HasPrefix(frag, []byte("data:")) {
+					if aerr := appendData(&data, frag, maxLine); aerr != nil {
+						return aerr
+					}
+				}
 				if data.Len() > 0 {
 					onData(data.Bytes())
 				}
@@ -74,7 +82,9 @@ func readSSECursor(r io.Reader, maxLine int, cur *sseCursor, onData func(data []
 			}
 			return err
 		}
-		if len(line) == 0 {
+		full := err == nil // the whole line is in frag
+		line := bytes.TrimRight(frag, "\r\n")
+		if len(line) == 0 && full {
 			if data.Len() > 0 {
 				if onData(data.Bytes()) {
 					return nil
@@ -83,25 +93,53 @@ func readSSECursor(r io.Reader, maxLine int, cur *sseCursor, onData func(data []
 			}
 			continue
 		}
-		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			v = bytes.TrimPrefix(v, []byte(" "))
-			if data.Len() > 0 {
-				data.WriteByte('\n')
+		if bytes.HasPrefix(line, []byte("data:")) {
+			if err := appendData(&data, line, maxLine); err != nil {
+				return err
 			}
-			if data.Len()+len(v) > maxLine {
-				return fmt.Errorf("%w: SSE event over %d bytes", ErrResultTooLarge, maxLine)
+			for !full { // the rest of a long data line
+				frag, err = br.ReadSlice('\n')
+				full = err == nil || errors.Is(err, io.EOF)
+				if err != nil && !errors.Is(err, bufio.ErrBufferFull) && !errors.Is(err, io.EOF) {
+					return err
+				}
+				rest := bytes.TrimRight(frag, "\r\n")
+				if data.Len()+len(rest) > maxLine {
+					return fmt.Errorf("%w: SSE event over %d bytes", ErrResultTooLarge, maxLine)
+				}
+				data.add(rest)
+				if errors.Is(err, io.EOF) {
+					onData(data.Bytes())
+					return nil
+				}
 			}
-			data.Write(v)
 			continue
 		}
-		if cur == nil {
-			continue // event: and comments are not needed here
+		// id:, retry:, event: and comments: kept only as far as needed, bounded.
+		field.Reset()
+		field.Write(line)
+		for !full {
+			frag, err = br.ReadSlice('\n')
+			full = err == nil
+			if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return err
+			}
+			if field.Len()+len(frag) > maxLine {
+				return fmt.Errorf("%w: line over %d bytes", ErrResultTooLarge, maxLine)
+			}
+			field.Write(bytes.TrimRight(frag, "\r\n"))
 		}
-		if v, ok := bytes.CutPrefix(line, []byte("id:")); ok {
+		if cur == nil {
+			continue
+		}
+		if v, ok := bytes.CutPrefix(field.Bytes(), []byte("id:")); ok {
 			if id := strings.TrimSpace(string(v)); len(id) <= 256 && !strings.ContainsRune(id, 0) {
 				cur.lastID = id
 			}
-		} else if v, ok := bytes.CutPrefix(line, []byte("retry:")); ok {
+		} else if v, ok := bytes.CutPrefix(field.Bytes(), []byte("retry:")); ok {
 			if ms, err := strconv.Atoi(strings.TrimSpace(string(v))); err == nil && ms >= 0 {
 				cur.retry = time.Duration(min(ms, 60_000)) * time.Millisecond
 			}
@@ -109,25 +147,75 @@ func readSSECursor(r io.Reader, maxLine int, cur *sseCursor, onData func(data []
 	}
 }
 
-// readLine reads one line without its terminator, refusing lines over max.
-func readLine(br *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, isPrefix, err := br.ReadLine()
-		if err != nil {
-			if len(line) > 0 && errors.Is(err, io.EOF) {
-				return line, nil
-			}
-			return nil, err
-		}
-		line = append(line, chunk...)
-		if len(line) > max {
-			return nil, fmt.Errorf("%w: line over %d bytes", ErrResultTooLarge, max)
-		}
-		if !isPrefix {
-			return line, nil
-		}
+// appendData adds the value of a data: line (its start) to the event being read.
+func appendData(data *chunkBuf, line []byte, maxLine int) error {
+	v := bytes.TrimPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:"))
+	v = bytes.TrimPrefix(v, []byte(" "))
+	if data.Len() > 0 {
+		data.add([]byte{'\n'})
 	}
+	if data.Len()+len(v) > maxLine {
+		return fmt.Errorf("%w: SSE event over %d bytes", ErrResultTooLarge, maxLine)
+	}
+	data.add(v)
+	return nil
+}
+
+// chunkBuf collects bytes in 64 KiB blocks: growing it never copies what it holds, so reading
+// up to a limit costs the limit and one block, and only a message that fits is made contiguous.
+type chunkBuf struct {
+	parts [][]byte
+	n     int
+}
+
+const chunkSize = 64 << 10
+
+// Len returns how many bytes it holds.
+func (c *chunkBuf) Len() int { return c.n }
+
+// Write appends p (io.Writer; it never fails).
+func (c *chunkBuf) Write(p []byte) (int, error) {
+	c.add(p)
+	return len(p), nil
+}
+
+// add appends p.
+func (c *chunkBuf) add(p []byte) {
+	w := len(p)
+	for len(p) > 0 {
+		if len(c.parts) == 0 || len(c.parts[len(c.parts)-1]) == cap(c.parts[len(c.parts)-1]) {
+			c.parts = append(c.parts, make([]byte, 0, chunkSize))
+		}
+		last := &c.parts[len(c.parts)-1]
+		k := min(len(p), cap(*last)-len(*last))
+		*last = append(*last, p[:k]...)
+		p = p[k:]
+	}
+	c.n += w
+}
+
+// Bytes returns the contents, contiguous.
+func (c *chunkBuf) Bytes() []byte {
+	switch len(c.parts) {
+	case 0:
+		return nil
+	case 1:
+		return c.parts[0]
+	}
+	out := make([]byte, 0, c.n)
+	for _, p := range c.parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// Reset empties it, keeping its first block.
+func (c *chunkBuf) Reset() {
+	if len(c.parts) > 0 {
+		c.parts = c.parts[:1]
+		c.parts[0] = c.parts[0][:0]
+	}
+	c.n = 0
 }
 
 // httpRPC posts JSON-RPC messages to one Streamable HTTP endpoint with net/http.
@@ -222,16 +310,18 @@ func (h *httpRPC) post(ctx context.Context, id string, body []byte, header http.
 		}
 		return rep, fmt.Errorf("%w: SSE stream ended without the response: %w", ErrTransportLost, err)
 	}
-	data, err := io.ReadAll(body2)
+	var buf chunkBuf
+	_, err = io.Copy(&buf, body2)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			err = ctxErr
 		}
 		return rep, fmt.Errorf("%w: read response: %w", ErrTransportLost, err)
 	}
-	if len(data) > lim.MaxMessage {
+	if buf.Len() > lim.MaxMessage {
 		return rep, fmt.Errorf("%w: response over %d bytes", ErrResultTooLarge, lim.MaxMessage)
 	}
+	data := buf.Bytes()
 	var m *wireMessage
 	if len(bytes.TrimSpace(data)) > 0 {
 		m, err = decodeMessage(data, lim)
