@@ -13,49 +13,65 @@ import (
 )
 
 // A synchronous call the server refused is recorded with the server's status and text, not as
-// a call left unanswered.
+// a call left unanswered, in both eras: HTTP 413, another 4xx and a 5xx without a JSON-RPC body
+// (read structurally from the transport's refusal), and a JSON-RPC error body.
 func TestSyncCallRefusedIsRecordedWithStatusAndText(t *testing.T) {
 	t.Parallel()
-	for _, code := range []int{http.StatusRequestEntityTooLarge, http.StatusInternalServerError} {
-		t.Run(fmt.Sprint(code), func(t *testing.T) {
-			t.Parallel()
-			b := opstest.Setup(t, opstest.Options{})
-			p := &proxy{refuse: func(m string) (int, string) {
-				if m == "tools/call" {
-					return code, "refused by the gateway: payload rules"
+	const rpcBody = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"refused by the gateway: payload rules"}}`
+	for _, era := range []string{"legacy", "extension"} {
+		for _, tc := range []struct {
+			name string
+			code int
+			body string
+			want string
+		}{
+			{"413", http.StatusRequestEntityTooLarge, "refused by the gateway: payload rules", "HTTP 413"},
+			{"400", http.StatusBadRequest, "refused by the gateway: payload rules", "HTTP 400"},
+			{"500", http.StatusInternalServerError, "refused by the gateway: payload rules", "HTTP 500"},
+			{"json-rpc", http.StatusBadRequest, rpcBody, "JSON-RPC error -32600"},
+		} {
+			t.Run(era+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				b := opstest.Setup(t, opstest.Options{Era: era})
+				p := &proxy{refuse: func(m string) (int, string) {
+					if m == "tools/call" {
+						return tc.code, tc.body
+					}
+					return 0, ""
+				}}
+				throughProxy(t, b, era, p)
+				res, err := b.Ops.Start(context.Background(), acme, operations.StartRequest{IdempotencyKey: "refused", Workflow: "lookup",
+					Tenant: "acme", Actor: "app:billing", Arguments: []byte(`{}`)})
+				if err != nil {
+					t.Fatal(err)
 				}
-				return 0, ""
-			}}
-			throughProxy(t, b, "legacy", p)
-			res, err := b.Ops.Start(context.Background(), acme, operations.StartRequest{IdempotencyKey: "refused", Workflow: "lookup",
-				Tenant: "acme", Actor: "app:billing", Arguments: []byte(`{}`)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := b.Detail(t, res.Response.OperationID)
-			var msgs []string
-			for _, e := range d.Timeline {
-				msgs = append(msgs, e.State+": "+e.Message)
-			}
-			all := strings.Join(msgs, "\n")
-			if !strings.Contains(all, fmt.Sprintf("HTTP %d", code)) || !strings.Contains(all, "payload rules") || strings.Contains(all, "unanswered") {
-				t.Fatalf("timeline:\n%s", all)
-			}
-			want := operations.OutcomeNotRun // a 4xx refused the call before it ran
-			if code >= 500 {
-				want = operations.OutcomePending // the verifier decides
-				if d.Envelope == nil || !strings.Contains(d.Envelope.Preview, fmt.Sprint(code)) || d.Envelope.Status != "failed" {
-					t.Fatalf("envelope %+v", d.Envelope)
+				d := b.Detail(t, res.Response.OperationID)
+				var msgs []string
+				for _, e := range d.Timeline {
+					msgs = append(msgs, e.State+": "+e.Message)
 				}
-			}
-			if res.Status != http.StatusCreated || d.Reconciliation != nil || d.DomainOutcome != want {
-				t.Fatalf("answer %d, outcome %s (want %s), item %+v", res.Status, d.DomainOutcome, want, d.Reconciliation)
-			}
-			if n := p.count("tools/call"); n != 1 {
-				t.Fatalf("tools/call sent %d times", n)
-			}
-
-		})
+				all := strings.Join(msgs, "\n")
+				if !strings.Contains(all, tc.want) || !strings.Contains(all, "payload rules") || strings.Contains(all, "unanswered") {
+					t.Fatalf("timeline:\n%s", all)
+				}
+				if n := p.count("tools/call"); n != 1 {
+					t.Fatalf("tools/call sent %d times", n)
+				}
+				if tc.name == "json-rpc" {
+					return
+				}
+				want := operations.OutcomeNotRun // a 4xx refused the call before it ran
+				if tc.code >= 500 {
+					want = operations.OutcomePending // the verifier decides
+					if d.Envelope == nil || !strings.Contains(d.Envelope.Preview, fmt.Sprint(tc.code)) || d.Envelope.Status != "failed" {
+						t.Fatalf("envelope %+v", d.Envelope)
+					}
+				}
+				if res.Status != http.StatusCreated || d.Reconciliation != nil || d.DomainOutcome != want {
+					t.Fatalf("answer %d, outcome %s (want %s), item %+v", res.Status, d.DomainOutcome, want, d.Reconciliation)
+				}
+			})
+		}
 	}
 }
 
