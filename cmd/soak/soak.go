@@ -200,7 +200,8 @@ SELECT o.id::text, o.idempotency_key, o.route, o.workflow, o.created_at,
        coalesce(t.state, ''), coalesce(t.task_id, ''), t.deadline, coalesce(t.tool_error, false), coalesce(j.status, ''),
        EXISTS (SELECT 1 FROM reconciliation_items r WHERE r.operation_id = o.id AND r.reason <> ''),
        EXISTS (SELECT 1 FROM handoff_items h WHERE h.operation_id = o.id),
-       o.call_recorded_at IS NOT NULL, o.domain_outcome, o.reason_code
+       o.call_recorded_at IS NOT NULL, o.domain_outcome, o.reason_code,
+       coalesce((SELECT string_agg(p.input_key || '=' || p.state, ',') FROM pending_inputs p WHERE p.operation_id = o.id), '')
 FROM operations o
 LEFT JOIN tasks t ON t.operation_id = o.id
 LEFT JOIN job_runs j ON j.operation_id = o.id
@@ -217,6 +218,7 @@ type opRow struct {
 	recorded                 bool   // the call's answer was recorded
 	outcome                  string // domain outcome
 	reason                   string // the route decision's reason code
+	inputs                   string // its questions and their states (key=state,...)
 }
 
 func (r opRow) settled() bool {
@@ -242,7 +244,7 @@ func (w *world) rows(ctx context.Context) ([]opRow, error) {
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (opRow, error) {
 		var o opRow
-		return o, r.Scan(&o.id, &o.key, &o.route, &o.workflow, &o.created, &o.state, &o.taskID, &o.deadline, &o.toolError, &o.job, &o.item, &o.handoff, &o.recorded, &o.outcome, &o.reason)
+		return o, r.Scan(&o.id, &o.key, &o.route, &o.workflow, &o.created, &o.state, &o.taskID, &o.deadline, &o.toolError, &o.job, &o.item, &o.handoff, &o.recorded, &o.outcome, &o.reason, &o.inputs)
 	})
 }
 
@@ -297,7 +299,7 @@ func (w *world) check(ctx context.Context, t *traffic, states []rcvState, crashe
 		default:
 			res.Lost++
 			if len(res.LostExamples) < 5 {
-				res.LostExamples = append(res.LostExamples, fmt.Sprintf("%s %s route=%s state=%q job=%q", r.id, r.workflow, r.route, r.state, r.job))
+				res.LostExamples = append(res.LostExamples, fmt.Sprintf("%s %s route=%s state=%q job=%q questions=%q deadline=%v", r.id, r.workflow, r.route, r.state, r.job, r.inputs, r.deadline))
 			}
 		}
 		if !outFrom.IsZero() && r.created.After(outFrom) && r.created.Before(outTo) {
