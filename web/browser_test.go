@@ -69,6 +69,9 @@ func artifactDir(t testing.TB) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		t.Logf("screenshots are saved in %s", abs)
+	}
 	return dir
 }
 

@@ -147,3 +147,55 @@ func firstText(seg string) string {
 	}
 	return strings.TrimSpace(html.UnescapeString(seg))
 }
+
+// TestQueueFiltersAndAuditSentences: the queue's filters are the operations list's (tenant as a
+// select of the policy's tenants, then workflow), in the same order; the audit log filtered by
+// operation id reads as sentences with the stored JSON behind a toggle.
+func TestQueueFiltersAndAuditSentences(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	_, queue := e.do(t, "support", http.MethodGet, "/reconcile", nil)
+	form := testidText(queue, "reconcile-filters", "form")
+	tenant := testidText(form, "rf-tenant", "select")
+	if len(e.b.Policy.Tenants) < 2 {
+		t.Fatalf("the test policy has tenants %v", e.b.Policy.Tenants)
+	}
+	for _, name := range e.b.Policy.Tenants {
+		if !strings.Contains(tenant, `<option value="`+name+`"`) {
+			t.Errorf("the tenant select offers no %s:\n%s", name, tenant)
+		}
+	}
+	if i, j := strings.Index(form, `id="rf-tenant"`), strings.Index(form, `id="rf-workflow"`); i < 0 || j < i {
+		t.Errorf("tenant (%d) does not come before workflow (%d) as in the operations list", i, j)
+	}
+	_, ops := e.do(t, "support", http.MethodGet, "/operations", nil)
+	if i, j := strings.Index(ops, `id="f-tenant"`), strings.Index(ops, `id="f-workflow"`); i < 0 || j < i {
+		t.Fatalf("the operations list's order changed: tenant %d, workflow %d", i, j)
+	}
+
+	id := e.start(t, "acme", "refund", "sent-1", `{"outcome": "hang"}`)
+	other := e.start(t, "acme", "refund", "sent-2", `{"outcome": "hang"}`)
+	for _, op := range []string{id, other} {
+		if res, _ := e.do(t, "operator", http.MethodPost, "/operations/"+op+"/cancel", url.Values{"reason": {"customer withdrew"}}); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("cancel: %d", res.StatusCode)
+		}
+	}
+	_, body := e.do(t, "viewer", http.MethodGet, "/audit?operation="+id, nil)
+	sentences := testidAll(body, "audit-sentence", "td")
+	if len(sentences) == 0 || strings.Contains(body, other) {
+		t.Fatalf("audit by operation: %d rows, other operation shown %v", len(sentences), strings.Contains(body, other))
+	}
+	var asked bool
+	for _, s := range sentences {
+		asked = asked || strings.Contains(s, "operator@test") && strings.Contains(s, "asked to cancel") && strings.Contains(s, "customer withdrew")
+	}
+	if !asked {
+		t.Errorf("no sentence says operator@test asked to cancel:\n%s", strings.Join(sentences, "\n"))
+	}
+	if n := strings.Count(body, `<details data-testid="audit-json"`); n != len(sentences) {
+		t.Errorf("%d JSON toggles for %d rows", n, len(sentences))
+	}
+	if !strings.Contains(body, `id="f-operation" name="operation" value="`+id+`"`) {
+		t.Error("the operation filter field does not show the operation filtered on")
+	}
+}
