@@ -162,3 +162,29 @@ func TestLegacyHugeAnswersRaiseTheHeapByNoMoreThanTheCap(t *testing.T) {
 		}
 	}
 }
+
+// A stdio server's line over the size cap ends the connection before it is decoded: a 64 MB
+// line allocates no more than twice the cap plus a small constant (mcp-go's line reader copies
+// what it collected once more when the read fails). Not parallel (heap measured).
+func TestStdioHugeLineRaisesTheHeapByNoMoreThanTheCap(t *testing.T) {
+	lim := mcpclient.Limits{MaxResult: 1 << 20}
+	capBytes := uint64(lim.MaxResult + 64<<10)
+	const slack = 512 << 10
+	script := fmt.Sprintf(`read line; head -c %d /dev/zero | tr '\0' a; echo`, hugeResult)
+	var err error
+	rise, peak := heapRise(func() {
+		var conn mcpclient.Conn
+		conn, err = mcpclient.Dial(t.Context(), mcpclient.Options{Command: "sh", Args: []string{"-c", script}, Era: mcpclient.EraChoiceLegacy, Limits: lim})
+		if err == nil {
+			_ = conn.Close()
+		}
+	})
+	if !errors.Is(err, mcpclient.ErrResultTooLarge) {
+		t.Fatalf("dial: %v, want the line refused as too large", err)
+	}
+	t.Logf("a %d MiB line allocated %.2f MiB, heap in use rose at most %.2f MiB (cap %.2f MiB)", hugeResult>>20,
+		float64(rise)/(1<<20), float64(peak)/(1<<20), float64(capBytes)/(1<<20))
+	if rise > 2*capBytes+slack {
+		t.Fatalf("%d bytes allocated, more than twice the cap %d plus %d", rise, capBytes, slack)
+	}
+}

@@ -385,10 +385,15 @@ func dialLegacyHTTP(ctx context.Context, opts Options, ev Evidence) (Conn, error
 }
 
 func dialStdio(ctx context.Context, opts Options) (Conn, error) {
-	tr := transport.NewStdioWithOptions(opts.Command, opts.Env, opts.Args, transport.WithCommandLogger(opts.Logger))
 	life, cancel := context.WithCancel(context.Background())
+	tr, err := startStdio(life, opts)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("mcpclient: start %s: %w", opts.Command, err)
+	}
 	if err := tr.Start(life); err != nil {
 		cancel()
+		_ = tr.Close()
 		return nil, fmt.Errorf("mcpclient: start %s: %w", opts.Command, err)
 	}
 	fail := func(err error) (Conn, error) {
@@ -462,7 +467,7 @@ func dialStdio(ctx context.Context, opts Options) (Conn, error) {
 }
 
 // dialStdioExtension speaks 2026-07-28 on a started stdio transport.
-func dialStdioExtension(ctx context.Context, opts Options, tr *transport.Stdio, cancel context.CancelFunc, p probeAnswer, key string) (Conn, error) {
+func dialStdioExtension(ctx context.Context, opts Options, tr *stdioProc, cancel context.CancelFunc, p probeAnswer, key string) (Conn, error) {
 	w := &extStdioWire{tr: tr, lim: opts.Limits}
 	c := &extConn{opts: opts, wire: w, cancel: cancel}
 	c.inputs.onInput = opts.OnInput

@@ -100,6 +100,9 @@ func (w *extStdioWire) roundTrip(ctx context.Context, method, _ string, params m
 	id := fmt.Sprintf("tg-%d", w.ids.Add(1))
 	resp, err := w.tr.SendRequest(ctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id), Method: method, Params: params})
 	if err != nil {
+		if p, ok := w.tr.(*stdioProc); ok {
+			err = p.overLimit(err)
+		}
 		if errors.Is(err, transport.ErrTransportClosed) {
 			return nil, fmt.Errorf("%s: %w: %w", method, ErrTransportLost, err)
 		}

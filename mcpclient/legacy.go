@@ -291,6 +291,9 @@ func (c *legacyConn) serveAndRespond(ctx context.Context, m *wireMessage) {
 
 // mapTransportErr maps mcp-go transport errors to this package's sentinels.
 func (c *legacyConn) mapTransportErr(err error) error {
+	if p, ok := c.tr.(*stdioProc); ok {
+		err = p.overLimit(err)
+	}
 	var authErr *transport.AuthorizationRequiredError
 	switch {
 	case errors.Is(err, transport.ErrSessionTerminated), errors.Is(err, transport.ErrLegacySSEServer):
