@@ -277,6 +277,7 @@ func (c *extConn) CreateTask(ctx context.Context, name string, args any, opts Ta
 }
 
 func (c *extConn) GetTask(ctx context.Context, taskID string) (Snapshot, error) {
+	sent := c.tracker.sent()
 	raw, err := readAgain(ctx, func() (json.RawMessage, error) {
 		return c.send(ctx, "tasks/get", taskID, map[string]any{"taskId": taskID, "_meta": c.meta(true, nil)})
 	})
@@ -290,10 +291,12 @@ func (c *extConn) GetTask(ctx context.Context, taskID string) (Snapshot, error) 
 	if s.Task.ID != taskID {
 		return Snapshot{}, &TaskIDChangedError{Asked: taskID, Answered: s.Task.ID, Status: s.Task.Status}
 	}
-	s.InputRequests = c.inputs.offer(taskID, s.InputRequests)
-	if v := c.tracker.observe(taskID, s.Task.Status); v != nil {
-		s.Violation = v
+	v, stale := c.tracker.answer(taskID, s.Task.Status, sent)
+	if stale { // answered before the terminal status now known: read again
+		return c.GetTask(ctx, taskID)
 	}
+	s.Violation = v
+	s.InputRequests = c.inputs.offer(taskID, s.InputRequests)
 	return s, nil
 }
 
@@ -391,10 +394,12 @@ func (c *extConn) onNotify(m *wireMessage) {
 		if err != nil {
 			return
 		}
-		s.InputRequests = c.inputs.offer(s.Task.ID, s.InputRequests)
-		if v := c.tracker.observe(s.Task.ID, s.Task.Status); v != nil {
-			s.Violation = v
+		v, stale := c.tracker.notified(s.Task.ID, s.Task.Status)
+		if stale {
+			return
 		}
+		s.Violation = v
+		s.InputRequests = c.inputs.offer(s.Task.ID, s.InputRequests)
 		if c.opts.OnStatus != nil {
 			c.opts.OnStatus(s)
 		}

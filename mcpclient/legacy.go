@@ -449,6 +449,7 @@ func (c *legacyConn) CreateTask(ctx context.Context, name string, args any, opts
 func (c *legacyConn) GetTask(ctx context.Context, taskID string) (Snapshot, error) {
 	var raw json.RawMessage
 	var err error
+	sent := c.tracker.sent()
 	raw, err = readAgain(ctx, func() (json.RawMessage, error) {
 		if c.rpc != nil {
 			return c.callHTTP(ctx, "tasks/get", taskParams{TaskID: taskID})
@@ -465,10 +466,11 @@ func (c *legacyConn) GetTask(ctx context.Context, taskID string) (Snapshot, erro
 	if t.ID != taskID {
 		return Snapshot{}, &TaskIDChangedError{Asked: taskID, Answered: t.ID, Status: t.Status}
 	}
-	s := Snapshot{Task: t, InputRequests: c.inputs.list(taskID)}
-	if v := c.tracker.observe(taskID, t.Status); v != nil {
-		s.Violation = v
+	v, stale := c.tracker.answer(taskID, t.Status, sent)
+	if stale { // answered before the terminal status now known: read again
+		return c.GetTask(ctx, taskID)
 	}
+	s := Snapshot{Task: t, InputRequests: c.inputs.list(taskID), Violation: v}
 	return s, nil
 }
 
@@ -688,11 +690,11 @@ func (c *legacyConn) deliverStatus(params json.RawMessage) {
 		c.opts.Logger.Warn("mcpclient: dropped malformed task status notification", "err", err)
 		return
 	}
-	s := Snapshot{Task: t}
-	if v := c.tracker.observe(t.ID, t.Status); v != nil {
-		s.Violation = v
+	v, stale := c.tracker.notified(t.ID, t.Status)
+	if stale {
+		return
 	}
-	c.opts.OnStatus(s)
+	c.opts.OnStatus(Snapshot{Task: t, Violation: v})
 }
 
 // onRequest answers server requests arriving on POST response streams (and,

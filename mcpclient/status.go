@@ -28,10 +28,34 @@ func ValidateTransition(taskID string, from, to Status) error {
 }
 
 // statusTracker remembers the last status observed per task on a Conn and
-// validates every new observation.
+// validates every new observation. Each observation advances a sequence; a
+// request captures the sequence before it is sent (sent), so its answer is
+// judged against what was known then: an answer to a request sent before the
+// task's terminal status was learned, which contradicts that status, is stale
+// (the server answered before it ended), never a violation.
 type statusTracker struct {
 	mu   sync.Mutex
 	last map[string]Status
+	seq  uint64
+	term map[string]terminalMark
+	// stale counts the answers and notifications dropped as stale.
+	stale int
+}
+
+// terminalMark is when, and from what, a task's terminal status was learned.
+type terminalMark struct {
+	at uint64
+	// ordered: learned from a notification, which a later notification on
+	// the stream follows; a request's answer or a seed is not ordered with
+	// the notification stream.
+	ordered bool
+}
+
+// sent returns the sequence a request captures before it is sent.
+func (s *statusTracker) sent() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq
 }
 
 // observe records to for taskID and returns the transition violation, if
@@ -39,20 +63,74 @@ type statusTracker struct {
 func (s *statusTracker) observe(taskID string, to Status) *TransitionError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.observeLocked(taskID, to, false)
+}
+
+// answer records the status in the answer to a request sent at sequence
+// sent. stale reports an answer that contradicts a terminal status learned
+// after the request was sent: it is not recorded and is no violation.
+func (s *statusTracker) answer(taskID string, to Status, sent uint64) (v *TransitionError, stale bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.term[taskID]; ok && sent < m.at && to != s.last[taskID] {
+		s.stale++
+		return nil, true
+	}
+	return s.observeLocked(taskID, to, false), false
+}
+
+// notified records the status a notification carries. A notification carries
+// no send time: one that contradicts a terminal status learned from a
+// request's answer or a seed may have been written before that answer and
+// crossed it on another stream, so it is stale (dropped, no violation); one
+// that contradicts a terminal status an earlier notification carried is a
+// violation.
+func (s *statusTracker) notified(taskID string, to Status) (v *TransitionError, stale bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.term[taskID]; ok && !m.ordered && to != s.last[taskID] {
+		s.stale++
+		return nil, true
+	}
+	return s.observeLocked(taskID, to, true), false
+}
+
+// staleCount returns how many answers and notifications were dropped as stale.
+func (s *statusTracker) staleCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stale
+}
+
+func (s *statusTracker) observeLocked(taskID string, to Status, ordered bool) *TransitionError {
 	if s.last == nil {
 		s.last = make(map[string]Status)
 	}
+	s.seq++
 	from := s.last[taskID]
 	if err := ValidateTransition(taskID, from, to); err != nil {
 		var te *TransitionError
 		errors.As(err, &te)
 		if !from.Terminal() {
-			s.last[taskID] = to
+			s.setLocked(taskID, to, ordered)
 		}
 		return te
 	}
-	s.last[taskID] = to
+	s.setLocked(taskID, to, ordered)
 	return nil
+}
+
+func (s *statusTracker) setLocked(taskID string, st Status, ordered bool) {
+	s.last[taskID] = st
+	if !st.Terminal() {
+		return
+	}
+	if s.term == nil {
+		s.term = make(map[string]terminalMark)
+	}
+	if _, ok := s.term[taskID]; !ok {
+		s.term[taskID] = terminalMark{at: s.seq, ordered: ordered}
+	}
 }
 
 // seed sets the last known status without validation (a watcher resuming
@@ -63,5 +141,6 @@ func (s *statusTracker) seed(taskID string, st Status) {
 	if s.last == nil {
 		s.last = make(map[string]Status)
 	}
-	s.last[taskID] = st
+	s.seq++
+	s.setLocked(taskID, st, false)
 }
