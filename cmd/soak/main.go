@@ -69,6 +69,9 @@ type Options struct {
 	Drain time.Duration
 	// ExpiringTTL is the max_ttl of the workflows whose tasks never end.
 	ExpiringTTL time.Duration
+	// TaskTTL is the max_ttl of the refund workflows: a task still waiting then is expired
+	// with an item (default 10m; 90s for runs shorter than 2 minutes, so the drain sees it).
+	TaskTTL time.Duration
 	// RecoveryGrace is the consoles' --recovery-grace.
 	RecoveryGrace time.Duration
 	// Console is a built console binary; empty builds one.
@@ -100,6 +103,12 @@ func (o Options) filled() Options {
 	}
 	if o.ExpiringTTL <= 0 {
 		o.ExpiringTTL = 8 * time.Second
+	}
+	if o.TaskTTL <= 0 {
+		o.TaskTTL = 10 * time.Minute
+		if o.Duration < 2*time.Minute {
+			o.TaskTTL = 90 * time.Second
+		}
 	}
 	if o.RecoveryGrace <= 0 {
 		o.RecoveryGrace = 10 * time.Second

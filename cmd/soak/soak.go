@@ -49,6 +49,7 @@ type Result struct {
 	Cancels          int64
 	AfterDeadline    int // tasks read with tasks/get more than a second after their deadline
 	Takeovers        int
+	WaitedOut        int     // refund tasks expired at their deadline (only the expiring workflows' tasks are meant to)
 	FailSafe         int     // Task starts rejected kill_switch_unknown (the kill switch unreadable)
 	FailSafeAfter    int     // of those, created within a minute after the outage ended
 	FailSafeLastS    float64 // the last of those, seconds after the outage ended
@@ -305,6 +306,9 @@ func (w *world) check(ctx context.Context, t *traffic, states []rcvState, crashe
 		if !outFrom.IsZero() && r.created.After(outFrom) && r.created.Before(outTo) {
 			res.StartedInOutage++
 		}
+		if r.state == "expired" && strings.HasPrefix(r.workflow, "refund-") {
+			res.WaitedOut++
+		}
 		if r.reason == "kill_switch_unknown" {
 			res.FailSafe++
 			if after := r.created.Sub(outTo); !outTo.IsZero() && after >= 0 && after < time.Minute {
@@ -464,6 +468,7 @@ func (r *Result) print(w io.Writer) {
 	row("receiver restarts (tasks vanish)", fmt.Sprint(r.ReceiverRestarts), ok(r.ReceiverRestarts == 0))
 	row("PostgreSQL outage", fmt.Sprintf("%.1fs, %d answers 503", r.OutageS, r.Outage503), ok(r.OutageS == 0))
 	row("operations created during the outage", fmt.Sprint(r.StartedInOutage), ok(r.StartedInOutage > 0))
+	row("refund tasks that waited until their deadline (expired)", fmt.Sprint(r.WaitedOut), "expected 0: each is a question closed while its server still asked, or a lost cancel")
 	row("Task starts blocked: kill switch unreadable (fail-safe)", fmt.Sprint(r.FailSafe),
 		fmt.Sprintf("%d within a minute after the outage, the last %.1fs after it", r.FailSafeAfter, r.FailSafeLastS))
 	row("tools/call received / keys repeated", fmt.Sprintf("%d / %d", r.ToolCalls, r.Repeated), ok(r.Repeated > 0))

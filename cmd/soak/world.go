@@ -35,9 +35,9 @@ servers:
   - {name: ext, url: "%[1]s/mcp", era: extension%[4]s}
 workflows:
   - {name: refund-legacy, server: legacy, tool: work_required, effect: effectful, task_use: required, fallback: {kind: reject},
-     stage: full, max_ttl: 10m, owners: [ops], idempotency_argument: idempotency_key, verifier: {kind: http, base_url: "%[1]s/records"}}
+     stage: full, max_ttl: %[5]s, owners: [ops], idempotency_argument: idempotency_key, verifier: {kind: http, base_url: "%[1]s/records"}}
   - {name: refund-ext, server: ext, tool: work_required, effect: effectful, task_use: required, fallback: {kind: reject},
-     stage: full, max_ttl: 10m, owners: [ops], idempotency_argument: idempotency_key, verifier: {kind: http, base_url: "%[1]s/records"}}
+     stage: full, max_ttl: %[5]s, owners: [ops], idempotency_argument: idempotency_key, verifier: {kind: http, base_url: "%[1]s/records"}}
   - {name: report-legacy, server: legacy, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 5s},
      stage: full, max_ttl: 10m, owners: [ops]}
   - {name: report-ext, server: ext, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 5s},
@@ -189,7 +189,8 @@ func (w *world) setup(ctx context.Context, log io.Writer) error {
 		}
 		envTok, fileTok = ", token: {env: SOAK_SERVER_TOKEN}", fmt.Sprintf(", token: {file: %q}", tokFile)
 	}
-	if err := os.WriteFile(w.policy, fmt.Appendf(nil, soakPolicy, "http://"+w.rcvAddr, expiry, envTok, fileTok), 0o600); err != nil {
+	taskTTL := strconv.Itoa(int(w.o.TaskTTL.Seconds())) + "s"
+	if err := os.WriteFile(w.policy, fmt.Appendf(nil, soakPolicy, "http://"+w.rcvAddr, expiry, envTok, fileTok, taskTTL), 0o600); err != nil {
 		return err
 	}
 	w.client = &http.Client{Timeout: 30 * time.Second}
