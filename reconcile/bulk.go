@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskgate/taskgate/audit"
+	"github.com/taskgate/taskgate/internal/safetext"
 )
 
 // Bulk actions.
@@ -39,7 +40,8 @@ type BulkRequest struct {
 
 // BatchResult says what a bulk action did.
 type BatchResult struct {
-	BatchID int64
+	// BatchID is the batch's public id (a version 4 UUID); its row key is never shown.
+	BatchID string
 	Matched int
 	Applied int
 	// Skipped lists items left alone, with why (claimed by someone else, closed).
@@ -83,6 +85,7 @@ func (s *Store) Bulk(ctx context.Context, actor audit.Actor, scope Scope, req Bu
 		req.Lease = DefaultLease
 	}
 	res := BatchResult{Skipped: map[string]string{}}
+	batch := &batchRef{}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		f := req.Filter
 		if f.State == "closed" || f.State == "all" {
@@ -111,11 +114,15 @@ func (s *Store) Bulk(ctx context.Context, actor audit.Actor, scope Scope, req Bu
 		}
 		filterJSON := map[string]any{"tenant": f.Tenant, "workflow": f.Workflow, "reason": f.Reason, "state": f.State,
 			"older_than": f.OlderThan.String(), "claimed_by": f.ClaimedBy}
+		if !scope.All {
+			// The tenants the runner could reach: who may read the batch when no tenant was named.
+			filterJSON["scope"] = scope.Tenants
+		}
 		if err := tx.QueryRow(ctx, `INSERT INTO reconciliation_batches (actor, action, filter, matched, applied, skipped)
-			VALUES ($1,$2,$3,$4,0,0) RETURNING id`, actor.Name, req.Action, filterJSON, len(ids)).Scan(&res.BatchID); err != nil {
+			VALUES ($1,$2,$3,$4,0,0) RETURNING id, public_id::text`, actor.Name, req.Action, filterJSON, len(ids)).Scan(&batch.seq, &batch.id); err != nil {
 			return fmt.Errorf("record batch: %w", err)
 		}
-		batch := &res.BatchID
+		res.BatchID = batch.id
 		for _, id := range ids {
 			// Each item in a savepoint: a refused item is skipped, the rest go on.
 			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
@@ -132,7 +139,7 @@ func (s *Store) Bulk(ctx context.Context, actor audit.Actor, scope Scope, req Bu
 					}
 					if _, err = sp.Exec(ctx, `UPDATE reconciliation_items SET claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL WHERE id = $1`, it.seq); err == nil {
 						err = audit.Record(ctx, sp, audit.Entry{Actor: actor, Tenant: it.Tenant, Action: "reconcile.release", Target: target(id),
-							Before: claimView(it), After: map[string]any{"batch": *batch}})
+							Before: claimView(it), After: map[string]any{"batch": batch.id}})
 					}
 				case BulkReverify:
 					_, err = reverifyTx(ctx, sp, actor, it, batch)
@@ -160,11 +167,11 @@ func (s *Store) Bulk(ctx context.Context, actor audit.Actor, scope Scope, req Bu
 			}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE reconciliation_batches SET applied = $2, skipped = $3 WHERE id = $1`,
-			res.BatchID, res.Applied, len(res.Skipped)); err != nil {
+			batch.seq, res.Applied, len(res.Skipped)); err != nil {
 			return fmt.Errorf("record batch: %w", err)
 		}
 		return audit.Record(ctx, tx, audit.Entry{Actor: actor, Tenant: f.Tenant, Action: "reconcile.batch",
-			Target: "reconciliation-batch:" + strconv.FormatInt(res.BatchID, 10),
+			Target: BatchTarget(batch.id),
 			After:  map[string]any{"action": req.Action, "filter": filterJSON, "matched": res.Matched, "applied": res.Applied, "skipped": len(res.Skipped)},
 			Reason: req.Confirm})
 	})
@@ -172,4 +179,95 @@ func (s *Store) Bulk(ctx context.Context, actor audit.Actor, scope Scope, req Bu
 		return BatchResult{}, err
 	}
 	return res, nil
+}
+
+// batchRef is a batch as the store knows it: its row key, kept inside, and its public id.
+type batchRef struct {
+	seq int64
+	id  string
+}
+
+// key is the row key to store in an item (nil for no batch).
+func (b *batchRef) key() *int64 {
+	if b == nil {
+		return nil
+	}
+	return &b.seq
+}
+
+// public is the public id to show on an item (nil for no batch).
+func (b *batchRef) public() *string {
+	if b == nil {
+		return nil
+	}
+	id := b.id
+	return &id
+}
+
+// BatchTarget is the audit target naming a batch by its public id.
+func BatchTarget(id string) string { return "reconciliation-batch:" + id }
+
+// Batch is one bulk action as recorded.
+type Batch struct {
+	ID      string
+	Actor   string
+	Action  string
+	Tenant  string
+	Matched int
+	Applied int
+	Skipped int
+	At      time.Time
+	// Resolved lists the public ids of the items the batch resolved, in order.
+	Resolved []string
+}
+
+// Batch returns a bulk action if it is in scope: an account scoped to tenants sees a batch
+// whose filter named one of its tenants. Another tenant's batch, an id of the wrong form (an
+// old numeric one among them) and a missing batch are all ErrNotFound.
+func (s *Store) Batch(ctx context.Context, scope Scope, id string) (Batch, error) {
+	if !ValidID(id) {
+		return Batch{}, fmt.Errorf("batch %q: %w", safetext.CutPlain(id, 40), ErrNotFound)
+	}
+	var b Batch
+	var seq int64
+	var reach []string
+	err := s.pool.QueryRow(ctx, `SELECT id, public_id::text, actor, action, coalesce(filter ->> 'tenant', ''),
+		coalesce(ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(filter -> 'scope') = 'array' THEN filter -> 'scope' ELSE '[]' END)), '{}'),
+		matched, applied, skipped, created_at
+		FROM reconciliation_batches WHERE public_id = $1::uuid`, id).Scan(&seq, &b.ID, &b.Actor, &b.Action, &b.Tenant, &reach,
+		&b.Matched, &b.Applied, &b.Skipped, &b.At)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !batchInScope(scope, b.Tenant, reach)) {
+		return Batch{}, fmt.Errorf("batch %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Batch{}, fmt.Errorf("batch %s: %w", id, err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT public_id::text FROM reconciliation_items WHERE batch_id = $1 ORDER BY closed_at, public_id`, seq)
+	if err != nil {
+		return Batch{}, fmt.Errorf("batch %s: %w", id, err)
+	}
+	if b.Resolved, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return Batch{}, fmt.Errorf("batch %s: %w", id, err)
+	}
+	return b, nil
+}
+
+// batchInScope reports whether scope may read a batch run on tenant (or, when no tenant was
+// named, over the tenants reach the runner could reach; none recorded means every tenant).
+func batchInScope(scope Scope, tenant string, reach []string) bool {
+	if scope.All {
+		return true
+	}
+	if tenant != "" {
+		return scope.Allows(tenant)
+	}
+	if len(reach) == 0 {
+		return false
+	}
+	for _, t := range reach {
+		if !scope.Allows(t) {
+			return false
+		}
+	}
+	return true
 }

@@ -242,9 +242,10 @@ type Item struct {
 	Note             string
 	EvidenceURL      string
 	ClosedBy         string
-	BatchID          *int64
-	RetriedAt        *time.Time
-	RetriedBy        string
+	// BatchID is the public id of the bulk action that resolved the item (nil when none did).
+	BatchID   *string
+	RetriedAt *time.Time
+	RetriedBy string
 
 	// The operation, for the queue's rows.
 	ObjectRef      string

@@ -98,7 +98,8 @@ func truncate(s string, n int) string {
 
 const itemColumns = `r.id, r.public_id::text, r.operation_id, r.tenant, r.workflow, r.reason, r.detail, r.state, r.attempts, r.next_verify_at,
 	r.opened_at, r.closed_at, coalesce(r.claimed_by, ''), r.claimed_at, r.claim_expires_at, coalesce(r.resolution, ''),
-	coalesce(r.resolution_reason, ''), coalesce(r.note, ''), coalesce(r.evidence_url, ''), coalesce(r.closed_by, ''), r.batch_id,
+	coalesce(r.resolution_reason, ''), coalesce(r.note, ''), coalesce(r.evidence_url, ''), coalesce(r.closed_by, ''),
+	(SELECT b.public_id::text FROM reconciliation_batches b WHERE b.id = r.batch_id),
 	r.retried_at, coalesce(r.retried_by, ''),
 	o.object_ref, o.intended_effect, o.route, o.idempotency_key, o.domain_outcome, coalesce(t.state, ''),
 	coalesce(t.tool_error, false)`
@@ -293,7 +294,7 @@ func claimView(it Item) map[string]any {
 
 // claimTx claims a locked item for actor: refused with ErrClaimed while someone else holds a
 // live claim; the holder's own claim is renewed.
-func claimTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, lease time.Duration, batch *int64) (Item, error) {
+func claimTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, lease time.Duration, batch *batchRef) (Item, error) {
 	if !it.Open() {
 		return it, fmt.Errorf("claim item %s: %w", it.ID, ErrClosed)
 	}
@@ -310,7 +311,7 @@ func claimTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, lease t
 	it.ClaimedBy, it.ClaimedAt, it.ClaimExpiresAt = actor.Name, &at, &exp
 	after := claimView(it)
 	if batch != nil {
-		after["batch"] = *batch
+		after["batch"] = batch.id
 	}
 	return it, audit.Record(ctx, tx, audit.Entry{Actor: actor, Tenant: it.Tenant, Action: "reconcile.claim", Target: target(it.ID),
 		Before: before, After: after})
@@ -390,7 +391,7 @@ func (s *Store) validate(r Resolution) error {
 // resolveTx resolves a locked item claimed by actor: closes it, sets the operation's domain
 // outcome, stores the resolution as a verification (source person), and writes the timeline
 // entry and the audit row.
-func resolveTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, r Resolution, batch *int64) (Item, error) {
+func resolveTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, r Resolution, batch *batchRef) (Item, error) {
 	if !it.Open() {
 		return it, fmt.Errorf("resolve item %s: %w", it.ID, ErrClosed)
 	}
@@ -405,10 +406,10 @@ func resolveTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, r Res
 	if err := tx.QueryRow(ctx, `UPDATE reconciliation_items SET state = 'resolved', closed_at = now(), closed_by = $2,
 		resolution = $3, resolution_reason = $4, note = $5, evidence_url = $6, batch_id = $7, next_verify_at = NULL,
 		claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL WHERE id = $1 RETURNING closed_at`,
-		it.seq, actor.Name, r.Outcome, r.Reason, note, evidence, batch).Scan(&it.ClosedAt); err != nil {
+		it.seq, actor.Name, r.Outcome, r.Reason, note, evidence, batch.key()).Scan(&it.ClosedAt); err != nil {
 		return it, fmt.Errorf("resolve item %s: %w", it.ID, err)
 	}
-	it.State, it.Resolution, it.ResolutionReason, it.Note, it.EvidenceURL, it.ClosedBy, it.BatchID = StateResolved, r.Outcome, r.Reason, note, evidence, actor.Name, batch
+	it.State, it.Resolution, it.ResolutionReason, it.Note, it.EvidenceURL, it.ClosedBy, it.BatchID = StateResolved, r.Outcome, r.Reason, note, evidence, actor.Name, batch.public()
 	it.ClaimedBy, it.ClaimedAt, it.ClaimExpiresAt = "", nil, nil
 	if err := setOutcome(ctx, tx, it.OperationID, domainOutcome(r.Outcome), "person", evidence); err != nil {
 		return it, err
@@ -424,7 +425,7 @@ func resolveTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, r Res
 	}
 	after := map[string]any{"state": it.State, "resolution": r.Outcome, "domain_outcome": it.DomainOutcome, "evidence": evidence}
 	if batch != nil {
-		after["batch"] = *batch
+		after["batch"] = batch.id
 	}
 	return it, audit.Record(ctx, tx, audit.Entry{Actor: actor, Tenant: it.Tenant, Action: "reconcile.resolve", Target: target(it.ID),
 		Before: before, After: after, Reason: r.Reason + ": " + note})
@@ -486,7 +487,7 @@ func (s *Store) Reverify(ctx context.Context, actor audit.Actor, scope Scope, id
 	return it, err
 }
 
-func reverifyTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, batch *int64) (Item, error) {
+func reverifyTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, batch *batchRef) (Item, error) {
 	if !it.Open() {
 		return it, fmt.Errorf("re-verify item %s: %w", it.ID, ErrClosed)
 	}
@@ -500,7 +501,7 @@ func reverifyTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, batc
 	it.State, it.Attempts = StateVerifying, 0
 	after := map[string]any{"state": it.State, "attempts": 0}
 	if batch != nil {
-		after["batch"] = *batch
+		after["batch"] = batch.id
 	}
 	return it, audit.Record(ctx, tx, audit.Entry{Actor: actor, Tenant: it.Tenant, Action: "reconcile.reverify", Target: target(it.ID),
 		Before: before, After: after})

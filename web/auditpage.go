@@ -107,6 +107,8 @@ func targetHref(target string) string {
 		return "/operations/" + url.PathEscape(id)
 	case "reconcile", "reconciliation", "reconciliation_item":
 		return "/reconcile/" + url.PathEscape(id)
+	case "reconciliation-batch":
+		return "/reconcile/batches/" + url.PathEscape(id)
 	}
 	return ""
 }
@@ -172,6 +174,8 @@ func targetWords(target string) string {
 	switch kind {
 	case "reconcile", "reconciliation", "reconciliation_item":
 		return "reconciliation item " + id
+	case "reconciliation-batch":
+		return "reconciliation batch " + id
 	}
 	return strings.ReplaceAll(kind, "_", " ") + " " + id
 }

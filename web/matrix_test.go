@@ -48,6 +48,7 @@ var routeAccess = map[string]string{
 	"GET /reconcile":                     "viewer",
 	"GET /reconcile/export":              "viewer",
 	"GET /reconcile/{id}":                "viewer",
+	"GET /reconcile/batches/{id}":        "viewer",
 	"POST /reconcile/{id}/claim":         "support",
 	"POST /reconcile/{id}/release":       "support",
 	"POST /reconcile/{id}/resolve":       "support",

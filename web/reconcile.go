@@ -26,6 +26,7 @@ import (
 func (s *Server) mountReconcile(r chi.Router) {
 	r.Get("/reconcile", s.handleReconcileQueue)
 	r.Get("/reconcile/{id}", s.handleReconcileItem)
+	r.Get("/reconcile/batches/{id}", s.handleReconcileBatch)
 	r.Group(func(r chi.Router) {
 		r.Use(s.requireRole(auth.RoleSupport))
 		r.Post("/reconcile/{id}/claim", s.reconcileAction("claim"))
@@ -64,7 +65,8 @@ type ReconcileQueueView struct {
 
 // BatchView is the result of a bulk action: the batch, what it touched and what it skipped.
 type BatchView struct {
-	ID               int64
+	// ID is the batch's public id.
+	ID               string
 	Action           string
 	Matched, Applied int
 	Skipped          []SkippedItem
@@ -214,6 +216,31 @@ func (s *Server) handleReconcileItem(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, reconcileItemPage(v))
 }
 
+// ReconcileBatchView is a batch's page.
+type ReconcileBatchView struct {
+	Page
+	Batch reconcile.Batch
+}
+
+// handleReconcileBatch shows one bulk action. Another tenant's batch, a missing one and an id
+// of the wrong form (an old numeric one among them) all answer the same 404 as for items.
+func (s *Server) handleReconcileBatch(w http.ResponseWriter, r *http.Request) {
+	if s.deps.Reconcile == nil {
+		http.Error(w, "reconciliation is not enabled on this console", http.StatusServiceUnavailable)
+		return
+	}
+	b, err := s.deps.Reconcile.Batch(r.Context(), reconcileScope(r), chi.URLParam(r, "id"))
+	if errors.Is(err, reconcile.ErrNotFound) {
+		s.handleNotFound(w, r)
+		return
+	}
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, reconcileBatchPage(ReconcileBatchView{Page: s.page("Reconciliation batch "+b.ID, "reconcile"), Batch: b}))
+}
+
 // reconcileError maps a reconcile error to a status and a message for people.
 func reconcileError(err error) (int, string) {
 	switch {
@@ -329,7 +356,7 @@ func (s *Server) handleReconcileBulk(w http.ResponseWriter, r *http.Request) {
 				batch.Skipped = append(batch.Skipped, SkippedItem{ID: id, Why: why})
 			}
 			slices.SortFunc(batch.Skipped, func(a, b SkippedItem) int { return cmp.Compare(a.ID, b.ID) })
-			msg = "Batch " + strconv.FormatInt(res.BatchID, 10) + ": " + get("action") + " applied to " + strconv.Itoa(res.Applied) +
+			msg = "Batch " + res.BatchID + ": " + get("action") + " applied to " + strconv.Itoa(res.Applied) +
 				" of " + strconv.Itoa(res.Matched) + " items; " + strconv.Itoa(len(res.Skipped)) + " skipped."
 			if len(res.Skipped) > 0 {
 				tone = "warn"
@@ -386,7 +413,13 @@ func optSelected(cur, v string) bool { return strings.EqualFold(cur, v) }
 
 func intStr(n int) string { return strconv.Itoa(n) }
 
-func idStr(n int64) string { return strconv.FormatInt(n, 10) }
+// batchHref is a batch's page.
+func batchHref(id string) string { return "/reconcile/batches/" + url.PathEscape(id) }
+
+// batchAuditHref is the audit log filtered to a batch's own row.
+func batchAuditHref(id string) string {
+	return "/audit?target=" + url.QueryEscape(reconcile.BatchTarget(id))
+}
 
 // exportItem is one queue row in an export: the item, its operation and its claim.
 type exportItem struct {
@@ -414,7 +447,7 @@ type exportItem struct {
 	EvidenceURL      string     `json:"evidence_url"`
 	ClosedBy         string     `json:"closed_by"`
 	ClosedAt         *time.Time `json:"closed_at"`
-	BatchID          *int64     `json:"batch_id"`
+	BatchID          *string    `json:"batch_id"`
 	RetriedAt        *time.Time `json:"retried_at"`
 }
 
@@ -504,7 +537,7 @@ func (s *Server) handleExportReconcile(w http.ResponseWriter, r *http.Request) {
 	for _, it := range items {
 		batch := ""
 		if it.BatchID != nil {
-			batch = strconv.FormatInt(*it.BatchID, 10)
+			batch = *it.BatchID
 		}
 		rec := []string{it.ID, it.OperationID, it.Tenant, it.Workflow, it.ObjectRef, it.IntendedEffect, it.Route,
 			it.IdempotencyKey, it.Reason, it.ReasonText, it.Detail, it.State, strconv.Itoa(it.Attempts), it.TaskState, it.DomainOutcome,
