@@ -17,8 +17,9 @@ import (
 // process whose connection holds it can send the answer. The watcher records which replica
 // holds each question; an answer given where the question is not held is refused as held
 // elsewhere only while that replica is alive. Otherwise this process opens tasks/result
-// itself, so the server delivers its queued request again, and answers it; a server that
-// does not ask again is no longer waiting, and the question closes saying so.
+// itself, so the server delivers its queued request again, and answers it. A question closes
+// only when the server stopped waiting (the task moved on or ended, its deadline passed); a
+// server that asks a closed, unanswered question again reopens it.
 
 // ReasonServerNotWaiting is why a question closes when the server no longer asks it.
 const ReasonServerNotWaiting = "the server is no longer waiting for this question: it did not ask it again when tasks/result was opened"
@@ -137,7 +138,8 @@ func (s *Store) closedReasons(ctx context.Context, opID string) map[string]strin
 // reachInput is called when this process's connection holds no request for question key: it
 // reports a live replica that holds it (ErrInputElsewhere), or opens tasks/result so the server
 // asks it again here and waits for that, up to InputReopenWait. A server that does not ask
-// again is no longer waiting: the question closes with that reason (InputExpiredError).
+// again in that time may still hold it elsewhere: the answer is refused as held elsewhere and
+// the question stays open.
 func (s *Service) reachInput(ctx context.Context, op Operation, key string, conn mcpclient.Conn) error {
 	holder, alive, err := s.cfg.Store.InputHolder(ctx, op.ID, key)
 	if err == nil && holder == "" {
@@ -184,8 +186,12 @@ func (s *Service) reachInput(ctx context.Context, op Operation, key string, conn
 			break
 		}
 	}
-	if err := s.cfg.Store.CloseInput(context.WithoutCancel(ctx), op.ID, key, ReasonServerNotWaiting); err != nil {
-		return err
-	}
-	return fmt.Errorf("operation %s: %w", op.ID, &InputExpiredError{Key: key, Reason: ReasonServerNotWaiting})
+	// Not asked again here: the server may still hold it on a connection it has not yet seen
+	// close (a replica whose beats lapsed under load, a killed process), and it keeps waiting
+	// until the task moves on or the question's deadline passes. The question stays open.
+	return fmt.Errorf("operation %s input %q: %w (%s)", op.ID, key, ErrInputElsewhere, NotAskedAgain)
 }
+
+// NotAskedAgain says why an answer was not sent when the server did not ask its question
+// again on a fresh tasks/result: the question stays open for a later answer.
+const NotAskedAgain = "the server did not ask it again here; it may still be held on another connection, try again shortly"

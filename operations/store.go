@@ -1026,18 +1026,29 @@ func (s *Store) UpsertInputs(ctx context.Context, opID string, in []PendingInput
 				clean, _ := safetext.CleanJSON(p.RequestedSchema)
 				schema = string(clean)
 			}
-			tag, err := tx.Exec(ctx, `INSERT INTO pending_inputs (operation_id, input_key, method, mode, message, fields, redaction_class, expires_at,
+			tag := tx.QueryRow(ctx, `INSERT INTO pending_inputs (operation_id, input_key, method, mode, message, fields, redaction_class, expires_at,
 				title, description, requested_schema)
-				VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11::jsonb) ON CONFLICT (operation_id, input_key) DO NOTHING`,
+				VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11::jsonb)
+				ON CONFLICT (operation_id, input_key) DO UPDATE SET state = 'open', expires_at = excluded.expires_at
+				WHERE pending_inputs.state IN ('expired', 'moved_on') AND pending_inputs.answered_at IS NULL
+				RETURNING xmax = 0`,
 				opID, p.Key, p.Method, p.Mode, p.Message, fields, p.RedactionClass, p.ExpiresAt, p.Title, p.Description, schema)
-			if err != nil {
+			// A question closed unanswered that the server asks again is waited for again: it
+			// reopens, answerable, under the same key.
+			var inserted bool
+			switch err := tag.Scan(&inserted); {
+			case errors.Is(err, pgx.ErrNoRows):
+				continue
+			case err != nil:
 				return fmt.Errorf("store input %q of %s: %w", p.Key, opID, err)
 			}
-			if tag.RowsAffected() == 1 {
-				n++
-				if err := addTimeline(ctx, tx, opID, SourceWatcher, "input_requested", "input requested: "+p.Key); err != nil {
-					return err
-				}
+			n++
+			msg := "input requested: " + p.Key
+			if !inserted {
+				msg = "input requested again, open again: " + p.Key
+			}
+			if err := addTimeline(ctx, tx, opID, SourceWatcher, "input_requested", msg); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -160,10 +160,10 @@ func TestLegacyQuestionHeldByAnotherLiveReplica(t *testing.T) {
 	approvedWithTheAnswer(t, b, id, passes2)
 }
 
-// When the server does not ask its question again on a new tasks/result, it is no longer
-// waiting for it: the answer is refused as expired with that reason, and the question closes
-// saying so.
-func TestLegacyQuestionTheServerNoLongerAsks(t *testing.T) {
+// When the server does not ask its question again on a new tasks/result it is still waiting
+// for it (its task is input_required): the answer is refused as held elsewhere and the
+// question stays open, never closed as if the server had stopped waiting.
+func TestLegacyQuestionNotAskedAgainStaysOpen(t *testing.T) {
 	t.Parallel()
 	b := opstest.Setup(t, opstest.Options{})
 	b.Receiver.Knobs().AskInputOnce(true)
@@ -173,17 +173,82 @@ func TestLegacyQuestionTheServerNoLongerAsks(t *testing.T) {
 	b.Servers.Close()
 	// The server asks each question once: a new tasks/result does not bring it back.
 	ops2, _ := secondConsole(t, b, "second", 500*time.Millisecond)
+	for range 2 {
+		_, err := ops2.AnswerInput(context.Background(), acmeScope, id, key, "alice", approve)
+		if !errors.Is(err, operations.ErrInputElsewhere) || !strings.Contains(err.Error(), operations.NotAskedAgain) {
+			t.Fatalf("answer to a question the server did not ask again: %v, want held elsewhere saying it was not asked again", err)
+		}
+		if d := b.Detail(t, id); d.Inputs[0].State != "open" || d.Task.State != operations.StateInputRequired {
+			t.Fatalf("question %s, task %s: want the question still open while the server waits", d.Inputs[0].State, d.Task.State)
+		}
+	}
+}
+
+// A holder whose beats lapsed (a replica starved under load) while its tasks/result stream
+// still holds the question: an answer on another replica does not close the question; once
+// the holder's connection is gone, the other replica's fresh tasks/result brings the question
+// back (its own wait, opened while the old stream was alive, never would) and the answer
+// reaches the server.
+func TestLegacyQuestionOfALapsedHolderStaysAnswerable(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{})
+	w1, passes := b.Watcher(t, "lapsed", func(c *watch.Config) {
+		c.Heartbeat, c.HeartbeatTimeout = time.Hour, 3*time.Hour
+	})
+	id, key := openQuestion(t, b, "lapsed-holder", passes)
+	// Its last beat is older than its own timeout, its process and connection live on.
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE watcher_replicas SET beat_at = now() - interval '4 hours' WHERE replica = 'lapsed'`); err != nil {
+		t.Fatal(err)
+	}
+	opstest.WaitFor(t, passes, 5*time.Second, "the holder's beats lapsed", func() bool {
+		_, alive, err := b.Store.InputHolder(context.Background(), id, key)
+		return err == nil && !alive
+	})
+	ops2, passes2 := secondConsole(t, b, "other", 700*time.Millisecond)
 	_, err := ops2.AnswerInput(context.Background(), acmeScope, id, key, "alice", approve)
-	var gone *operations.InputExpiredError
-	if !errors.As(err, &gone) || gone.Reason != operations.ReasonServerNotWaiting {
-		t.Fatalf("answer to a question the server no longer asks: %v, want expired saying the server is not waiting", err)
+	if !errors.Is(err, operations.ErrInputElsewhere) {
+		t.Fatalf("answer while the lapsed holder's stream holds the question: %v, want held elsewhere", err)
 	}
-	d := b.Detail(t, id)
-	if d.Inputs[0].State != "expired" {
-		t.Fatalf("question %s, want expired", d.Inputs[0].State)
+	if d := b.Detail(t, id); d.Inputs[0].State != "open" {
+		t.Fatalf("question %s after an answer the server could not take yet, want open", d.Inputs[0].State)
 	}
-	_, err = ops2.AnswerInput(context.Background(), acmeScope, id, key, "alice", approve)
-	if !errors.As(err, &gone) || gone.Reason != operations.ReasonServerNotWaiting {
-		t.Fatalf("a second answer: %v, want the same reason", err)
+	w1.Stop() // its tasks/result stream closes
+	b.Servers.Close()
+	var last error
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, last = ops2.AnswerInput(context.Background(), acmeScope, id, key, "alice", approve); last == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
+	if last != nil {
+		t.Fatalf("answer once the lapsed holder's connection closed: %v", last)
+	}
+	approvedWithTheAnswer(t, b, id, passes2)
+}
+
+// A question closed unanswered that the server asks again is open again under the same key.
+func TestLegacyQuestionAskedAgainReopens(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{})
+	w1, passes := b.Watcher(t, "first", nil)
+	id, key := openQuestion(t, b, "asked-again", passes)
+	if err := b.Store.CloseInput(context.Background(), id, key, "closed by an earlier console"); err != nil {
+		t.Fatal(err)
+	}
+	if d := b.Detail(t, id); d.Inputs[0].State != "expired" {
+		t.Fatalf("question %s, want closed", d.Inputs[0].State)
+	}
+	w1.Stop()
+	b.Servers.Close()
+	ops2, passes2 := secondConsole(t, b, "second", 5*time.Second)
+	opstest.WaitFor(t, passes2, 10*time.Second, "the question asked again and open", func() bool {
+		d := b.Detail(t, id)
+		return len(d.Inputs) == 1 && d.Inputs[0].State == "open"
+	})
+	if _, err := ops2.AnswerInput(context.Background(), acmeScope, id, key, "alice", approve); err != nil {
+		t.Fatalf("answer to the question asked again: %v", err)
+	}
+	approvedWithTheAnswer(t, b, id, passes2)
 }

@@ -47,8 +47,10 @@ func (s *Service) storeInput(ctx context.Context, op operations.Operation, r mcp
 	return s.store.HoldInput(ctx, op.ID, r.Key, s.cfg.ReplicaID, expires)
 }
 
-// reopen makes sure a tasks/result wait is open here for the operation's 2025-11-25 task, so
-// the server delivers its queued questions on it.
+// reopen opens a fresh tasks/result wait here for the operation's 2025-11-25 task, so the
+// server delivers its queued questions on it: a wait already running here was opened while
+// the question was held on another connection, and a server re-sends a question only on a
+// stream opened after it saw the old one close.
 func (s *Service) reopen(ctx context.Context, opID string) error {
 	op, err := s.store.Get(ctx, opID)
 	if err != nil {
@@ -68,6 +70,6 @@ func (s *Service) reopen(ctx context.Context, opID string) error {
 		return errors.New("the watcher of this console is not running")
 	}
 	conn.Seed(op.Task.TaskID, mcpclient.Status(op.Task.State)) // its questions name a task the connection knows
-	s.awaitLegacy(operations.Due{Operation: op, DueAt: time.Now()}, conn, s.workflow(op.Workflow))
+	s.awaitLegacy(operations.Due{Operation: op, DueAt: time.Now()}, conn, s.workflow(op.Workflow), true)
 	return nil
 }

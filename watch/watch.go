@@ -156,7 +156,7 @@ type Service struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	bg      context.Context
-	awaits  map[string]bool // legacy tasks/result waits running, by operation id
+	awaits  map[string]*awaitRun // legacy tasks/result waits running, by operation id
 	awaitWG sync.WaitGroup
 	// work feeds the Parallel pollers, which live as long as the loop: a goroutine per poll
 	// would start on a small stack and grow it again for every poll.
@@ -178,7 +178,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "watch", "replica", cfg.ReplicaID), metrics: m, awaits: map[string]bool{},
+	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "watch", "replica", cfg.ReplicaID), metrics: m, awaits: map[string]*awaitRun{},
 		reading: map[string]bool{}, perServer: map[string]int{}, queued: map[string][]queuedRead{}}
 	cfg.Servers.Observe(s.onStatus, s.onInput)
 	if cfg.Operations != nil {
@@ -508,7 +508,7 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 			}
 		}
 		if snap.Task.Era == mcpclient.EraLegacy {
-			s.awaitLegacy(d, conn, wf)
+			s.awaitLegacy(d, conn, wf, false)
 		}
 	}
 	if res.BecameTerminal {
@@ -632,7 +632,7 @@ func (s *Service) giveUp(ctx context.Context, d operations.Due, state operations
 func (s *Service) fetchOutcome(ctx context.Context, d operations.Due, wf *config.Workflow, snap *mcpclient.Snapshot) {
 	t := d.Task
 	s.mu.Lock()
-	waiting := s.awaits[d.ID]
+	waiting := s.awaits[d.ID] != nil
 	s.mu.Unlock()
 	if waiting {
 		return // the running tasks/result wait records it
@@ -699,28 +699,35 @@ func (s *Service) record(ctx context.Context, d operations.Due, wf *config.Workf
 // awaitLegacy keeps one tasks/result wait open for a 2025-11-25 task in input_required: the
 // server's elicitation requests arrive on it (stored as pending inputs through onInput), and
 // its answer is the outcome. It ends at the task's deadline or when the service stops.
-func (s *Service) awaitLegacy(d operations.Due, conn mcpclient.Conn, wf *config.Workflow) {
+func (s *Service) awaitLegacy(d operations.Due, conn mcpclient.Conn, wf *config.Workflow, fresh bool) {
 	s.mu.Lock()
-	if s.awaits[d.ID] || s.bg == nil {
+	if s.bg == nil || (s.awaits[d.ID] != nil && !fresh) {
 		s.mu.Unlock()
 		return
 	}
-	s.awaits[d.ID] = true
+	if old := s.awaits[d.ID]; old != nil {
+		old.cancel() // a fresh stream: the server re-sends a question only on a stream opened after it saw the old one close
+	}
 	bg := s.bg
+	ctx, cancel := context.WithCancel(bg)
+	run := &awaitRun{cancel: cancel}
+	s.awaits[d.ID] = run
 	s.awaitWG.Add(1)
 	s.mu.Unlock()
 	go func() {
 		defer s.awaitWG.Done()
+		defer cancel()
 		defer func() {
 			s.mu.Lock()
-			delete(s.awaits, d.ID)
+			if s.awaits[d.ID] == run {
+				delete(s.awaits, d.ID)
+			}
 			s.mu.Unlock()
 		}()
-		ctx := bg
 		if d.Task.Deadline != nil {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(bg, *d.Task.Deadline)
-			defer cancel()
+			var stop context.CancelFunc
+			ctx, stop = context.WithDeadline(ctx, *d.Task.Deadline)
+			defer stop()
 		}
 		ctx = mcpclient.WithInputWait(ctx, inputWait(wf, d.Task.Deadline, time.Now()))
 		out, err := conn.AwaitOutcome(ctx, d.Task.TaskID)
@@ -734,6 +741,11 @@ func (s *Service) awaitLegacy(d operations.Due, conn mcpclient.Conn, wf *config.
 			s.record(context.WithoutCancel(bg), d, wf, out)
 		}
 	}()
+}
+
+// awaitRun is one running tasks/result wait; a fresh one for the same task cancels it.
+type awaitRun struct {
+	cancel context.CancelFunc
 }
 
 // onInput stores a legacy input request (elicitation on the tasks/result stream).
