@@ -70,7 +70,7 @@ type Options struct {
 	// ExpiringTTL is the max_ttl of the workflows whose tasks never end.
 	ExpiringTTL time.Duration
 	// TaskTTL is the max_ttl of the refund workflows: a task still waiting then is expired
-	// with an item (default 10m; 90s for runs shorter than 2 minutes, so the drain sees it).
+	// with an item (default 10m).
 	TaskTTL time.Duration
 	// RecoveryGrace is the consoles' --recovery-grace.
 	RecoveryGrace time.Duration
@@ -106,9 +106,6 @@ func (o Options) filled() Options {
 	}
 	if o.TaskTTL <= 0 {
 		o.TaskTTL = 10 * time.Minute
-		if o.Duration < 2*time.Minute {
-			o.TaskTTL = 90 * time.Second
-		}
 	}
 	if o.RecoveryGrace <= 0 {
 		o.RecoveryGrace = 10 * time.Second
