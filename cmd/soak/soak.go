@@ -180,17 +180,21 @@ func (t *traffic) faults(ctx context.Context, o Options, res *Result, from, to *
 	}
 	fmt.Fprintf(log, "soak: %s stopping PostgreSQL for %s\n", time.Now().UTC().Format("15:04:05"), o.Outage)
 	t.outage.Store(true)
-	*from = time.Now()
+	begin := time.Now()
 	if err := t.w.stopDatabase(); err != nil {
 		return fmt.Errorf("stop PostgreSQL: %w", err)
 	}
+	// The window checked for starts is the one in which the server was surely down: from the end
+	// of its shutdown (a commit may still land while it shuts down) to the start of its restart (it
+	// accepts connections before the start returns).
+	*from = time.Now()
 	time.Sleep(o.Outage) // the outage runs its full length even when the traffic ends meanwhile
+	*to = time.Now()
 	if err := t.w.startDatabase(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start PostgreSQL again: %w", err)
 	}
-	*to = time.Now()
 	t.outage.Store(false)
-	res.OutageS = math.Round(to.Sub(*from).Seconds()*10) / 10
+	res.OutageS = math.Round(time.Since(begin).Seconds()*10) / 10
 	fmt.Fprintf(log, "soak: %s PostgreSQL is back after %.1fs\n", time.Now().UTC().Format("15:04:05"), res.OutageS)
 	return nil
 }
