@@ -87,7 +87,7 @@ func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reaso
 			return Detail{}, err
 		}
 		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
-			UpdatedAt: res.Task.LastUpdatedAt}, SourceOperator); err != nil {
+			UpdatedAt: res.Task.LastUpdatedAt}, SourceServer); err != nil {
 			return Detail{}, err
 		}
 	case err == nil:
@@ -95,14 +95,14 @@ func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reaso
 			return Detail{}, err
 		}
 	case errors.Is(err, mcpclient.ErrTaskTerminal) && res.Task != nil:
-		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceOperator, "cancel_refused", "the task was already "+string(res.Task.Status),
+		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceServer, "cancel_refused", "the task was already "+string(res.Task.Status),
 			rec.step(StepCancelReply, op, map[string]any{"reply": "refused: the task was already " + string(res.Task.Status)}))
 		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
-			UpdatedAt: res.Task.LastUpdatedAt}, SourceOperator); err != nil {
+			UpdatedAt: res.Task.LastUpdatedAt}, SourceServer); err != nil {
 			return Detail{}, err
 		}
 	default:
-		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceOperator, "cancel_unanswered", "cancel request failed: "+safeMessage(err),
+		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceWatcher, "cancel_unanswered", "cancel request failed: "+safeMessage(err),
 			rec.step(StepCancelReply, op, map[string]any{"reply": "unanswered: " + safeMessage(err)}))
 		return Detail{}, fmt.Errorf("cancel %s: %w", id, &UpstreamError{Err: err})
 	}

@@ -148,6 +148,13 @@ const (
 	SourceOperator     = "operator"
 	SourceCreate       = "create"
 	SourceWatcher      = "watcher"
+
+	// The stored source column admits only the five values above, so the lines that are neither
+	// a person's nor a status read are stored under the nearest true one: the server's answer to
+	// a cancel request as the server's status answer (poll), and the outcome verifier's checks as
+	// Taskgate's own background work (watcher). "operator" is stored only for a person's action.
+	SourceServer   = SourcePoll
+	SourceVerifier = SourceWatcher
 )
 
 // Scope is the set of tenants a caller may read and act for. The zero Scope allows nothing.

@@ -278,6 +278,15 @@ func TestCancelKeepsTheOutcomeUnverified(t *testing.T) {
 			if d.Task.CancelRequested == nil || d.Task.CancelBy != "alice" || d.Task.CancelAcked == nil {
 				t.Fatalf("cancel steps = %+v", d.Task)
 			}
+			// The stored timeline names who wrote each line: the person's request as operator,
+			// the server's acknowledgement as the server's answer, never as a person's.
+			sources := map[string]string{}
+			for _, e := range b.Detail(t, id).Timeline {
+				sources[e.State] = e.Source
+			}
+			if sources["cancel_requested"] != operations.SourceOperator || sources["cancel_acknowledged"] != operations.SourceServer {
+				t.Fatalf("timeline sources = %v: want cancel_requested by operator, cancel_acknowledged by the server (%s)", sources, operations.SourceServer)
+			}
 			_, passes := b.Watcher(t, "r1", nil)
 			opstest.WaitFor(t, passes, 10*time.Second, "cancelled", func() bool { return b.Detail(t, id).Task.State == operations.StateCancelled })
 			if d := b.Detail(t, id); d.DomainOutcome != operations.OutcomePending {

@@ -1094,7 +1094,7 @@ func (s *Store) AckCancel(ctx context.Context, opID string, also ...TxFunc) erro
 		if _, err := tx.Exec(ctx, `UPDATE tasks SET cancel_acknowledged_at = coalesce(cancel_acknowledged_at, now()) WHERE operation_id = $1`, opID); err != nil {
 			return err
 		}
-		if err := addTimeline(ctx, tx, opID, SourceOperator, "cancel_acknowledged", "the server acknowledged the cancel request"); err != nil {
+		if err := addTimeline(ctx, tx, opID, SourceServer, "cancel_acknowledged", "the server acknowledged the cancel request"); err != nil {
 			return err
 		}
 		return runAlso(ctx, tx, also)

@@ -334,7 +334,7 @@ func (s *Service) check(ctx context.Context, c check) error {
 			if err := settleWithout(ctx, tx, c.opID, OutcomeNoEffect); err != nil {
 				return err
 			}
-			return timeline(ctx, tx, c.opID, "no_effect_to_verify", "no effect to verify: read-only workflow without an outcome verifier")
+			return timeline(ctx, tx, c.opID, sourceVerifier, "no_effect_to_verify", "no effect to verify: read-only workflow without an outcome verifier")
 		}
 		if src == KindNone && !wf.Verifier.Manual && f.taskState != "failed" && f.taskState != "cancelled" {
 			// No verifier and no manual verification asked: the work ended unverified, listed
@@ -342,7 +342,7 @@ func (s *Service) check(ctx context.Context, c check) error {
 			if err := settleWithout(ctx, tx, c.opID, OutcomeUnverified); err != nil {
 				return err
 			}
-			return timeline(ctx, tx, c.opID, "unverified", "no outcome verifier: the outcome is unverified ("+manualDetail(c.trigger, f)+")")
+			return timeline(ctx, tx, c.opID, sourceVerifier, "unverified", "no outcome verifier: the outcome is unverified ("+manualDetail(c.trigger, f)+")")
 		}
 		if err := recordAnswer(ctx, tx, c.opID, nil, f.tenant, src, c.trigger, a, attempt); err != nil {
 			return err
@@ -352,7 +352,7 @@ func (s *Service) check(ctx context.Context, c check) error {
 			if err := setOutcome(ctx, tx, c.opID, string(a.Outcome), src, a.Receipt); err != nil {
 				return err
 			}
-			if err := timeline(ctx, tx, c.opID, "verified", "verifier ("+src+"): "+string(a.Outcome)); err != nil {
+			if err := timeline(ctx, tx, c.opID, sourceVerifier, "verified", "verifier ("+src+"): "+string(a.Outcome)); err != nil {
 				return err
 			}
 			if mismatch(f.taskState, a.Outcome) {
@@ -366,7 +366,7 @@ func (s *Service) check(ctx context.Context, c check) error {
 			if err := markUnknown(ctx, tx, c.opID, ReasonManualVerification); err != nil {
 				return err
 			}
-			if err := timeline(ctx, tx, c.opID, "manual_verification", "no outcome verifier: a person confirms the outcome"); err != nil {
+			if err := timeline(ctx, tx, c.opID, sourceVerifier, "manual_verification", "no outcome verifier: a person confirms the outcome"); err != nil {
 				return err
 			}
 			_, err := OpenTx(ctx, tx, c.opID, ReasonManualVerification, manualDetail(c.trigger, f))
@@ -501,7 +501,7 @@ func (s *Service) reverify(ctx context.Context, d dueItem) error {
 			if err := setOutcome(ctx, tx, d.opID, string(a.Outcome), src, a.Receipt); err != nil {
 				return err
 			}
-			if err := timeline(ctx, tx, d.opID, "verified", "verifier ("+src+"): "+string(a.Outcome)+" after "+reason); err != nil {
+			if err := timeline(ctx, tx, d.opID, sourceVerifier, "verified", "verifier ("+src+"): "+string(a.Outcome)+" after "+reason); err != nil {
 				return err
 			}
 			if err := audit.Record(ctx, tx, audit.Entry{Actor: SystemActor, Tenant: f.tenant, Action: "reconcile.settle", Target: target(d.pub),

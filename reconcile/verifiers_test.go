@@ -213,6 +213,18 @@ func TestJobAPIVerifier(t *testing.T) {
 				return w.Detail(t, id).DomainOutcome == c.want
 			})
 			d := w.Detail(t, id)
+			verified := 0
+			for _, e := range d.Timeline {
+				if e.State == "verified" {
+					verified++
+					if e.Source != operations.SourceVerifier || e.Source == operations.SourceOperator {
+						t.Fatalf("verifier line %+v stored with source %q, want %q", e, e.Source, operations.SourceVerifier)
+					}
+				}
+			}
+			if c.wantReason == "" && verified == 0 {
+				t.Fatalf("no verifier line in the timeline %+v", d.Timeline)
+			}
 			vs, err := w.rs.Verifications(context.Background(), all, id)
 			if err != nil || len(vs) == 0 {
 				t.Fatalf("verifications %v %v", vs, err)

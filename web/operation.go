@@ -272,7 +272,8 @@ func (v OperationView) quietPolls() int {
 	}
 	n := v.D.Task.Polls
 	for _, l := range v.Timeline {
-		if l.Source == operations.SourcePoll {
+		// The server's answers to a cancel are stored with the poll source but are no poll.
+		if l.Source == operations.SourcePoll && !strings.HasPrefix(l.State, "cancel_") {
 			n -= l.Count
 		}
 	}
