@@ -154,6 +154,19 @@ func TestOperationsAPI(t *testing.T) {
 	if res.StatusCode != http.StatusAccepted || !strings.Contains(body, `"cancel_requested_by"`) || !strings.Contains(body, `"domain_outcome":"pending"`) {
 		t.Fatalf("cancel: %d %s", res.StatusCode, body)
 	}
+	// The API's timeline names who wrote each line: the token's request as a person's action,
+	// the server's acknowledgement as the server's answer.
+	var cancelled operations.Detail
+	if err := json.Unmarshal([]byte(body), &cancelled); err != nil {
+		t.Fatal(err)
+	}
+	sources := map[string]string{}
+	for _, te := range cancelled.Timeline {
+		sources[te.State] = te.Source
+	}
+	if sources["cancel_requested"] != operations.SourceOperator || sources["cancel_acknowledged"] != operations.SourceServer {
+		t.Fatalf("API timeline sources %v: want cancel_requested by operator, cancel_acknowledged by the server (%s)", sources, operations.SourceServer)
+	}
 	if res, body := e.apiDo(t, "acme-token", "GET", "/api/v1/openapi.json", "", nil); res.StatusCode != http.StatusOK || !strings.Contains(body, `"openapi": "3.1.0"`) {
 		t.Fatalf("openapi.json: %d %.80s", res.StatusCode, body)
 	}
