@@ -147,12 +147,8 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		}
 	}
 	if !open || op.Task.State != StateInputRequired {
-		reasons := s.cfg.Store.closedReasons(ctx, id)
 		for _, p := range inputs {
 			if why := whyClosed(p, op.Task.State, s.cfg.Now()); p.Key == key && why != "" {
-				if r := reasons[key]; r != "" && p.State == "expired" {
-					why = r
-				}
 				return Detail{}, fmt.Errorf("operation %s: %w", id, &InputExpiredError{Key: key, Reason: why})
 			}
 		}
@@ -221,12 +217,8 @@ func (s *Service) inputGone(ctx context.Context, id, key string) error {
 	if err != nil {
 		return nil
 	}
-	reasons := s.cfg.Store.closedReasons(ctx, id)
 	for _, p := range inputs {
 		if why := whyClosed(p, op.Task.State, s.cfg.Now()); p.Key == key && why != "" {
-			if r := reasons[key]; r != "" && p.State == "expired" {
-				why = r
-			}
 			return fmt.Errorf("operation %s: %w", id, &InputExpiredError{Key: key, Reason: why})
 		}
 	}

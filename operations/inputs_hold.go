@@ -21,9 +21,6 @@ import (
 // only when the server stopped waiting (the task moved on or ended, its deadline passed); a
 // server that asks a closed, unanswered question again reopens it.
 
-// ReasonServerNotWaiting is why a question closes when the server no longer asks it.
-const ReasonServerNotWaiting = "the server is no longer waiting for this question: it did not ask it again when tasks/result was opened"
-
 // InputHolder is the watcher side of answering held questions.
 type InputHolder struct {
 	// Replica is this process's watcher replica.
@@ -94,45 +91,6 @@ func (s *Store) InputHolder(ctx context.Context, opID, key string) (string, bool
 		return "", false, fmt.Errorf("holder of input %q of %s: %w", key, opID, err)
 	}
 	return strings.TrimPrefix(msg, heldPrefix(key)), alive, nil
-}
-
-// closedPrefix starts the timeline message of a question closed unanswered.
-func closedPrefix(key string) string { return "input " + key + " closed unanswered: " }
-
-// CloseInput closes an open question that can no longer be answered, with why.
-func (s *Store) CloseInput(ctx context.Context, opID, key, reason string) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE pending_inputs SET state = 'expired' WHERE operation_id = $1 AND input_key = $2 AND state = 'open'`, opID, key)
-		if err != nil {
-			return fmt.Errorf("close input %q of %s: %w", key, opID, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return nil
-		}
-		return addTimeline(ctx, tx, opID, SourceWatcher, "input_closed", closedPrefix(key)+reason)
-	})
-}
-
-// closedReasons returns, for the questions of an operation the server no longer asked, that
-// reason (the others' reasons follow from their state).
-func (s *Store) closedReasons(ctx context.Context, opID string) map[string]string {
-	rows, err := s.pool.Query(ctx, `SELECT message FROM task_timeline WHERE operation_id = $1 AND state = 'input_closed'
-		AND message LIKE '%' || $2`, opID, ReasonServerNotWaiting)
-	if err != nil {
-		return nil
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var m string
-		if rows.Scan(&m) != nil {
-			continue
-		}
-		if k, ok := strings.CutSuffix(strings.TrimPrefix(m, "input "), " closed unanswered: "+ReasonServerNotWaiting); ok {
-			out[k] = ReasonServerNotWaiting
-		}
-	}
-	return out
 }
 
 // reachInput is called when this process's connection holds no request for question key: it
