@@ -105,21 +105,24 @@ func TestTwoReplicasShareTasksWithoutDoublePolling(t *testing.T) {
 	const n = 12
 	// Long enough for each replica to run several passes, whichever of them starts first.
 	const duration = 3 * time.Second
+	var a, bb, passesA, passesB atomic.Int64
+	tune := func(c, p *atomic.Int64) func(*watch.Config) {
+		return func(cfg *watch.Config) {
+			cfg.BatchSize = 4
+			prev := cfg.AfterPass
+			cfg.AfterPass = func(k int) { c.Add(int64(k)); p.Add(1); prev(k) }
+		}
+	}
+	_, pa := b.Watcher(t, "replica-a", tune(&a, &passesA))
+	_, _ = b.Watcher(t, "replica-b", tune(&bb, &passesB))
+	// Both replicas are running passes before the first task starts, so neither can have claimed
+	// every task while the other was still connecting.
+	opstest.WaitFor(t, pa, 20*time.Second, "both replicas running", func() bool { return passesA.Load() > 0 && passesB.Load() > 0 })
 	var ids []string
 	for i := range n {
 		res := b.Start(t, "refund", fmt.Sprintf("two-%d", i), fmt.Sprintf(`{"duration_ms": %d}`, duration.Milliseconds()))
 		ids = append(ids, res.Response.OperationID)
 	}
-	var a, bb atomic.Int64
-	tune := func(c *atomic.Int64) func(*watch.Config) {
-		return func(cfg *watch.Config) {
-			cfg.BatchSize = 4
-			prev := cfg.AfterPass
-			cfg.AfterPass = func(k int) { c.Add(int64(k)); prev(k) }
-		}
-	}
-	_, pa := b.Watcher(t, "replica-a", tune(&a))
-	_, _ = b.Watcher(t, "replica-b", tune(&bb))
 	opstest.WaitFor(t, pa, 20*time.Second, "every task settled", func() bool { return settled(t, b, ids) })
 	if a.Load() == 0 || bb.Load() == 0 {
 		t.Fatalf("polls by replica: a=%d b=%d; both should have worked", a.Load(), bb.Load())
