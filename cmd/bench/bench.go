@@ -54,7 +54,23 @@ type Options struct {
 	WatchTasks int
 	WatchFor   time.Duration
 	WatchPoll  time.Duration
-	Logger     *slog.Logger
+	// Only names the phases to run (empty: all). Setup always runs; the scale and console
+	// phases seed the ledger first.
+	Only   []string
+	Logger *slog.Logger
+}
+
+// runs reports whether the phase named is selected.
+func (o Options) runs(phase string) bool {
+	switch {
+	case len(o.Only) == 0 || slices.Contains(o.Only, phase):
+		return true
+	case phase == "seed":
+		return o.runs("scale") || o.runs("console")
+	case phase == "start":
+		return o.runs("scale") // the scale ratio is against the empty-ledger start rate
+	}
+	return false
 }
 
 func withScale(o Options, quick bool) Options {
@@ -267,29 +283,26 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 	if err := step("setup", func() error { return e.setup(ctx) }); err != nil {
 		return nil, err
 	}
-	if err := step("start", func() error { return e.startPhase(ctx, res) }); err != nil {
-		return nil, err
+	phases := []struct {
+		name string
+		f    func() error
+	}{
+		{"start", func() error { return e.startPhase(ctx, res) }},
+		{"cap", func() error { return e.capPhase(ctx, res) }},
+		{"killswitch", func() error { return e.killSwitchPhase(ctx, res) }},
+		{"watch", func() error { return e.watchPhase(ctx, res) }},
+		{"waitfortask", func() error { return e.waitForTaskPhase(ctx, res) }},
+		{"seed", func() error { return e.seed(ctx) }},
+		{"scale", func() error { return e.scalePhase(ctx, res) }},
+		{"console", func() error { return e.consolePhase(ctx, res) }},
 	}
-	if err := step("cap", func() error { return e.capPhase(ctx, res) }); err != nil {
-		return nil, err
-	}
-	if err := step("killswitch", func() error { return e.killSwitchPhase(ctx, res) }); err != nil {
-		return nil, err
-	}
-	if err := step("watch", func() error { return e.watchPhase(ctx, res) }); err != nil {
-		return nil, err
-	}
-	if err := step("waitfortask", func() error { return e.waitForTaskPhase(ctx, res) }); err != nil {
-		return nil, err
-	}
-	if err := step("seed", func() error { return e.seed(ctx) }); err != nil {
-		return nil, err
-	}
-	if err := step("scale", func() error { return e.scalePhase(ctx, res) }); err != nil {
-		return nil, err
-	}
-	if err := step("console", func() error { return e.consolePhase(ctx, res) }); err != nil {
-		return nil, err
+	for _, p := range phases {
+		if !o.runs(p.name) {
+			continue
+		}
+		if err := step(p.name, p.f); err != nil {
+			return nil, err
+		}
 	}
 	res.Notes = append(res.Notes,
 		"watch.waitfortask_* are mcp-go's WaitForTask on the same receiver and task count: its CPU per poll is this process's only (no database); waitfortask_max_tasks_1s is that count when it made at least 95 % of the polls due, null otherwise.",

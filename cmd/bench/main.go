@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -59,8 +60,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.DurationVar(&o.WatchFor, "watch-for", 0, "how long the watched Tasks are measured (default 20s; 10s quick)")
 	fs.IntVar(&o.Toggles, "toggles", 0, "kill switch engage/release rounds (default 50)")
 	fs.IntVar(&o.PageRequests, "page-requests", 0, "requests per console page (default 40; 20 quick)")
+	only := fs.String("only", "", "comma-separated phases to run (start, cap, killswitch, watch, waitfortask, scale, console); empty = all")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	for p := range strings.SplitSeq(*only, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			o.Only = append(o.Only, p)
+		}
 	}
 	o.Quick = *quick
 	o = o.filled()
