@@ -87,7 +87,7 @@ func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reaso
 			return Detail{}, err
 		}
 		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
-			UpdatedAt: res.Task.LastUpdatedAt}, SourceServer); err != nil {
+			UpdatedAt: res.Task.LastUpdatedAt, Basis: op.Task.State}, SourceServer); err != nil {
 			return Detail{}, err
 		}
 	case err == nil:
@@ -98,7 +98,7 @@ func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reaso
 		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceServer, "cancel_refused", "the task was already "+string(res.Task.Status),
 			rec.step(StepCancelReply, op, map[string]any{"reply": "refused: the task was already " + string(res.Task.Status)}))
 		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
-			UpdatedAt: res.Task.LastUpdatedAt}, SourceServer); err != nil {
+			UpdatedAt: res.Task.LastUpdatedAt, Basis: op.Task.State}, SourceServer); err != nil {
 			return Detail{}, err
 		}
 	default:

@@ -669,6 +669,15 @@ type Observation struct {
 	UpdatedAt     time.Time
 	TTL           *time.Duration
 	PollInterval  time.Duration
+	// Basis is the state the observer knew when it made its reading: for a status read, the
+	// stored state its request was sent on; for a notification, the state its connection
+	// last saw. An observation that contradicts a stored final state is a violation only
+	// when its basis is that final state (the server went back on a status the observer had
+	// seen); a reading begun before the final status was learned elsewhere (another
+	// connection or replica) is stale: dropped, not recorded. Empty: unknown, judged as a
+	// status read sent on the stored state, except for a notification, which carries no
+	// send time and is stale.
+	Basis TaskState
 }
 
 // ObserveResult says what an observation changed.
@@ -683,6 +692,9 @@ type ObserveResult struct {
 	Now TaskState
 	// BecameTerminal is true when this observation moved the task to a terminal state.
 	BecameTerminal bool
+	// Stale is true when the observation contradicted a final state stored after the
+	// observer's reading began: nothing was written.
+	Stale bool
 }
 
 // Observe applies one observed status under a row lock: it writes only on change, records a
@@ -719,6 +731,10 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 			return nil
 		}
 		if !validTransition(from, obs.State) {
+			if from.Final() && staleAgainst(from, obs, source) {
+				res.Stale = true
+				return nil
+			}
 			res.Violation = true
 			if _, err := tx.Exec(ctx, `INSERT INTO transition_violations (operation_id, task_id, from_state, to_state, source) VALUES ($1,$2,$3,$4,$5)`,
 				opID, taskID, from, obs.State, source); err != nil {
@@ -760,6 +776,15 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 		return nil
 	})
 	return res, err
+}
+
+// staleAgainst reports whether obs, which contradicts the stored final state from, was read
+// before from was learned (see Observation.Basis).
+func staleAgainst(from TaskState, obs Observation, source string) bool {
+	if obs.Basis == "" {
+		return source == SourceNotification
+	}
+	return obs.Basis != from
 }
 
 // Unchanged reports whether an observation matches what the claimed task row already holds

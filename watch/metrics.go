@@ -16,6 +16,7 @@ type metrics struct {
 	violations    *prometheus.CounterVec
 	budget        *prometheus.CounterVec
 	notifications prometheus.Counter
+	stale         prometheus.Counter
 	inFlight      *prometheus.GaugeVec
 }
 
@@ -60,11 +61,13 @@ func newMetrics(reg prometheus.Registerer, store *operations.Store) (*metrics, e
 			Help: "Status and result reads running, by server."}, []string{"server"}),
 		notifications: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_watch_notifications_total",
 			Help: "Status notifications applied."}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_watch_stale_observations_total",
+			Help: "Status answers and notifications dropped because they contradict a final status stored after their reading began (by another connection or replica): not violations."}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.polls, m.lateness, m.amplification, m.violations, m.budget, m.notifications, m.inFlight,
+	for _, c := range []prometheus.Collector{m.polls, m.lateness, m.amplification, m.violations, m.budget, m.notifications, m.stale, m.inFlight,
 		stateCollector{store: store, desc: prometheus.NewDesc("taskgate_tasks", "Tasks by state.", []string{"state"}, nil)}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

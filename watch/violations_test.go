@@ -124,3 +124,81 @@ func TestChangedTaskIDBetweenPollsIsRecorded(t *testing.T) {
 		})
 	}
 }
+
+// A status read answered "working" before the task ended and delivered after another replica
+// stored its completion is stale: dropped and counted as such, never a violation, and the
+// outcome is still fetched.
+func TestStatusAnswerOvertakenByAnotherReplicasCompletionIsNoViolation(t *testing.T) {
+	t.Parallel()
+	for _, era := range []string{"legacy", "extension"} {
+		t.Run(era, func(t *testing.T) {
+			t.Parallel()
+			b, proxy := behindProxy(t, era)
+			id := b.Start(t, "refund", "overtaken-1", `{"duration_ms": 300}`).Response.OperationID
+			// This replica's connection hears of no status change: the completion is learned by
+			// another replica only.
+			for _, m := range []string{"notifications/tasks/status", "notifications/tasks"} {
+				proxy.Add(faultproxy.Rule{Action: faultproxy.Rewrite, Method: m, Times: -1, Rewrite: elsewhere})
+			}
+			var overtaken atomic.Bool
+			proxy.Add(faultproxy.Rule{Action: faultproxy.Rewrite, Method: "tasks/get", Times: -1, Rewrite: func(msg map[string]any) bool {
+				task := faultproxy.ResultObject(msg)
+				if task == nil || task["status"] != "working" || overtaken.Load() {
+					return false
+				}
+				// The answer is held while the task really ends and another replica learns it.
+				time.Sleep(700 * time.Millisecond)
+				r, err := b.Store.Observe(context.Background(), id, operations.Observation{State: operations.StateCompleted, Basis: operations.StateWorking}, operations.SourceNotification)
+				if err != nil || !r.BecameTerminal {
+					t.Errorf("the other replica's completion = %+v, %v", r, err)
+				}
+				overtaken.Store(true)
+				task["statusMessage"] = "a progress message written before the end"
+				return true
+			}})
+			reg := prometheus.NewRegistry()
+			_, passes := b.Watcher(t, "w1", func(c *watch.Config) { c.Registerer = reg })
+			opstest.WaitFor(t, passes, 15*time.Second, "envelope", func() bool { return b.Detail(t, id).Envelope != nil })
+			if !overtaken.Load() {
+				t.Fatal("no working answer was held: the test proves nothing")
+			}
+			d := b.Detail(t, id)
+			if d.Task.State != operations.StateCompleted || len(d.Violations) != 0 {
+				t.Fatalf("stored %s with violations %+v, want completed and none", d.Task.State, d.Violations)
+			}
+			if n := counterValue(t, reg, "taskgate_watch_transition_violations_total", "kind", "transition"); n != 0 {
+				t.Fatalf("violations counted %v", n)
+			}
+			if n := plainCounter(t, reg, "taskgate_watch_stale_observations_total"); n < 1 {
+				t.Fatalf("stale observations counted %v, want the held answer", n)
+			}
+		})
+	}
+}
+
+// elsewhere makes a status notification name another task.
+func elsewhere(msg map[string]any) bool {
+	p, _ := msg["params"].(map[string]any)
+	if t, ok := p["task"].(map[string]any); ok {
+		p = t
+	}
+	if _, ok := p["taskId"].(string); !ok {
+		return false
+	}
+	p["taskId"] = "elsewhere"
+	return true
+}
+
+func plainCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}

@@ -490,6 +490,7 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 		_ = s.store.ClearFailure(ctx, d.ID)
 	}
 	obs := observation(snap.Task)
+	obs.Basis = t.State // the request was sent on the claimed state
 	res := operations.ObserveResult{From: t.State, Now: t.State}
 	if !t.Unchanged(obs) { // write only on change: an unchanged poll costs no database round trip
 		if res, err = s.store.Observe(ctx, d.ID, obs, operations.SourcePoll); err != nil {
@@ -500,6 +501,10 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 	if res.Violation {
 		s.metrics.violations.WithLabelValues(operations.ViolationTransition).Inc()
 		log.Warn("task status transition violates the state machine", "from", res.From, "to", snap.Task.Status)
+	}
+	if res.Stale {
+		s.metrics.stale.Inc()
+		return // another connection or replica stored the final status while this read was out
 	}
 	if snap.Task.Status == mcpclient.StatusInputRequired && !res.Violation {
 		if len(snap.InputRequests) > 0 {
@@ -771,12 +776,22 @@ func (s *Service) onStatus(server string, snap mcpclient.Snapshot) {
 	if err != nil || op.Task == nil || !op.Task.State.Watchable() {
 		return
 	}
-	res, err := s.store.Observe(ctx, op.ID, observation(snap.Task), operations.SourceNotification)
+	obs := observation(snap.Task)
+	if snap.Violation != nil {
+		// The connection saw the final status this notification contradicts, on the same
+		// ordered stream: the server went back on it.
+		obs.Basis = operations.TaskState(snap.Violation.From)
+	}
+	res, err := s.store.Observe(ctx, op.ID, obs, operations.SourceNotification)
 	if err != nil {
 		s.log.Error("store notification", "operation", op.ID, "err", err)
 		return
 	}
 	s.metrics.notifications.Inc()
+	if res.Stale {
+		s.metrics.stale.Inc()
+		return
+	}
 	if res.Violation {
 		s.metrics.violations.WithLabelValues(operations.ViolationTransition).Inc()
 	}

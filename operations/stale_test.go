@@ -1,0 +1,63 @@
+package operations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/taskgate/taskgate/internal/opstest"
+	"github.com/taskgate/taskgate/operations"
+)
+
+// An observation that contradicts a stored final state is a violation only when the observer
+// had seen that final state; one begun before another connection or replica stored it is
+// stale: nothing is written.
+func TestObservationAgainstAFinalStateIsStaleOrAViolationByItsBasis(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{})
+	cases := []struct {
+		name      string
+		source    string
+		basis     operations.TaskState
+		violation bool
+	}{
+		{"status read sent while the task was working is stale", operations.SourcePoll, operations.StateWorking, false},
+		{"status read sent while input was required is stale", operations.SourcePoll, operations.StateInputRequired, false},
+		{"status read sent on the final state is a violation", operations.SourcePoll, operations.StateCompleted, true},
+		{"status read without a basis is a violation", operations.SourcePoll, "", true},
+		{"cancel answer sent while working is stale", operations.SourceServer, operations.StateWorking, false},
+		{"notification whose connection never saw the final state is stale", operations.SourceNotification, "", false},
+		{"notification after its own stream said completed is a violation", operations.SourceNotification, operations.StateCompleted, true},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			id := b.Start(t, "refund", "stale-"+string(rune('a'+i)), `{"duration_ms": 60000}`).Response.OperationID
+			done, err := b.Store.Observe(ctx, id, operations.Observation{State: operations.StateCompleted, Basis: operations.StateWorking}, operations.SourceNotification)
+			if err != nil || !done.BecameTerminal {
+				t.Fatalf("completing = %+v, %v", done, err)
+			}
+			before := b.Detail(t, id)
+			r, err := b.Store.Observe(ctx, id, operations.Observation{State: operations.StateWorking, StatusMessage: "still at it", Basis: c.basis}, c.source)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := b.Detail(t, id)
+			if d.Task.State != operations.StateCompleted || r.Changed {
+				t.Fatalf("stored %s (changed %v): a final state moved", d.Task.State, r.Changed)
+			}
+			if len(d.Timeline) != len(before.Timeline) {
+				t.Fatalf("timeline grew from %d to %d", len(before.Timeline), len(d.Timeline))
+			}
+			if r.Violation != c.violation || r.Stale == c.violation {
+				t.Fatalf("result %+v, want violation %v", r, c.violation)
+			}
+			want := 0
+			if c.violation {
+				want = 1
+			}
+			if len(d.Violations) != want {
+				t.Fatalf("violations stored %+v, want %d", d.Violations, want)
+			}
+		})
+	}
+}
