@@ -63,17 +63,18 @@ func (s *Service) capacityCheck(in RouteInput, d Decision, base Insert) func(inF
 			return base, nil
 		case rollout.CapacityFallback:
 			fd := Decision{Route: Route(c.Decision.Route), ReasonCode: string(c.Decision.Reason), Reason: c.Decision.Sentence, Context: d.Context}
-			return s.insertFor(in.Workflow, base, fd)
+			return s.insertFor(in.Workflow, base, fd, in.Conn != nil)
 		}
 		return base, &CapacityError{Workflow: in.Workflow.Name, InFlight: c.InFlight, Limit: c.Limit, RetryAfter: c.RetryAfter,
 			Reason: c.Decision.Sentence}
 	}
 }
 
-// insertFor completes base with the first row of decision d's route.
-func (s *Service) insertFor(wf *config.Workflow, base Insert, d Decision) (Insert, error) {
+// insertFor completes base with the first row of decision d's route. connected says the
+// server's connection is open, so a Task or sync call is sent as soon as the row commits.
+func (s *Service) insertFor(wf *config.Workflow, base Insert, d Decision, connected bool) (Insert, error) {
 	ins := base
-	ins.Decision, ins.Task, ins.JobBaseURL, ins.Handoff, ins.RejectReply, ins.Capacity = d, nil, "", false, nil, nil
+	ins.Decision, ins.Task, ins.JobBaseURL, ins.Handoff, ins.RejectReply, ins.Capacity, ins.Sending = d, nil, "", false, nil, nil, 0
 	switch d.Route {
 	case RouteTask:
 		var ttl *time.Duration
@@ -82,6 +83,9 @@ func (s *Service) insertFor(wf *config.Workflow, base Insert, d Decision) (Inser
 			ttl = &v
 		}
 		ins.Task = &NewTaskRow{Server: wf.Server, Tool: wf.Tool, RequestedTTL: ttl}
+		if connected {
+			ins.Sending = wf.Budgets.Create.Timeout.Duration
+		}
 	case RouteJobAPI:
 		base, err := s.cfg.Servers.JobAPIURL(wf.Fallback.JobAPI)
 		if err != nil {
@@ -93,6 +97,9 @@ func (s *Service) insertFor(wf *config.Workflow, base Insert, d Decision) (Inser
 	case RouteReject:
 		ins.RejectReply = &StartResponse{Route: RouteReject, ReasonCode: d.ReasonCode, Reason: d.Reason, DomainOutcome: OutcomeNotRun}
 	case RouteSync:
+		if connected {
+			ins.Sending = wf.Fallback.MaxDuration.Duration
+		}
 	default:
 		return Insert{}, fmt.Errorf("route %s: unknown route %q", wf.Name, d.Route)
 	}
@@ -126,12 +133,25 @@ func (c *capacitySlot) settle(ctx context.Context, kept bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := c.store.pool.Exec(ctx, `WITH d AS (DELETE FROM capacity_slots WHERE id = $1 RETURNING workflow)
-		UPDATE workflow_in_flight w SET in_flight = greatest(w.in_flight - 1, 0) FROM d WHERE w.workflow = d.workflow`,
-		c.id); err != nil {
+	b := &pgx.Batch{}
+	asyncCommit(b)
+	b.Queue(`WITH d AS (DELETE FROM capacity_slots WHERE id = $1 RETURNING workflow)
+		UPDATE workflow_in_flight w SET in_flight = greatest(w.in_flight - 1, 0) FROM d WHERE w.workflow = d.workflow`, c.id)
+	if err := c.store.pool.SendBatch(ctx, b).Close(); err != nil {
 		// The slot stays taken until ReclaimCapacity finds its row.
 		slog.Default().Warn("capacity slot not released", "workflow", c.workflow, "err", err)
 	}
+}
+
+// asyncCommit makes the transaction of batch b (the statements of one batch run in one
+// transaction) commit without waiting for its WAL to reach disk. Reservations and give-backs
+// of a cap's slots commit this way: the counter row's lock is held only until the commit is
+// written, not until it is flushed, so a workflow's concurrent starts queue on it for
+// microseconds. It is safe because the WAL is one sequence: the start that uses a slot commits
+// synchronously after its reservation, which flushes the reservation too, and a crash can only
+// lose reservations (with their capacity_slots rows, together) whose starts never committed.
+func asyncCommit(b *pgx.Batch) {
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 }
 
 // errSlotReclaimed: the start's reservation was given back by ReclaimCapacity before the start
@@ -151,15 +171,22 @@ func (s *Store) applyCapacity(ctx context.Context, in Insert) (Insert, *capacity
 	limit := in.CapacityLimit
 	var id int64
 	reserve := func() (int, bool, error) {
-		var n int
-		err := s.pool.QueryRow(ctx, `WITH u AS (UPDATE workflow_in_flight SET in_flight = in_flight + 1
+		n, got := 0, false
+		b := &pgx.Batch{}
+		asyncCommit(b)
+		b.Queue(`WITH u AS (UPDATE workflow_in_flight SET in_flight = in_flight + 1
 				WHERE workflow = $1 AND in_flight < $2 AND cap_seen = $2 RETURNING in_flight - 1 AS n),
 			r AS (INSERT INTO capacity_slots (workflow) SELECT $1 FROM u RETURNING id)
-			SELECT u.n, r.id FROM u, r`, r.Workflow, limit).Scan(&n, &id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, false, nil
-		}
-		return n, err == nil, err
+			SELECT u.n, r.id FROM u, r`, r.Workflow, limit).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&n, &id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			got = err == nil
+			return err
+		})
+		err := s.pool.SendBatch(ctx, b).Close()
+		return n, got && err == nil, err
 	}
 	n, ok, err := reserve()
 	if err == nil && !ok {

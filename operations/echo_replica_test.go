@@ -45,6 +45,7 @@ func echoAnswer(msg map[string]any) bool {
 		}
 	}
 	walk(msg["result"])
+	walk(msg["params"]) // status notifications too: a status learned from one must be cut the same
 	return fired
 }
 

@@ -109,13 +109,13 @@ func (s *Service) Retry(ctx context.Context, id, by string) error {
 			s.refuse(cctx, op, "server unreachable; the retry was not sent: "+safeMessage(derr), true)
 			return nil
 		}
-		s.createTask(cctx, op, wf, conn, Decision{Route: RouteTask, ReasonCode: op.ReasonCode, Reason: op.Reason, DeclareExtension: now.DeclareExtension})
+		s.createTask(cctx, op, wf, conn, Decision{Route: RouteTask, ReasonCode: op.ReasonCode, Reason: op.Reason, DeclareExtension: now.DeclareExtension}, false)
 	case RouteSync:
 		conn, derr := s.cfg.Servers.Conn(ctx, wf.Server)
 		if derr != nil {
 			conn = nil
 		}
-		s.callSync(cctx, op, wf, conn)
+		s.callSync(cctx, op, wf, conn, false)
 	case RouteJobAPI:
 		s.submitJob(cctx, op, wf)
 	}

@@ -232,7 +232,7 @@ func (s *Service) Start(ctx context.Context, scope Scope, req StartRequest) (Sta
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
-	ins, err := s.insertFor(wf, Insert{Request: req, Hash: hash, Arguments: args, PolicySHA: s.cfg.Policy.SHA256}, d)
+	ins, err := s.insertFor(wf, Insert{Request: req, Hash: hash, Arguments: args, PolicySHA: s.cfg.Policy.SHA256}, d, in.Conn != nil)
 	if err != nil {
 		return StartResult{}, err
 	}
@@ -254,9 +254,15 @@ func (s *Service) Start(ctx context.Context, scope Scope, req StartRequest) (Sta
 	status := http.StatusAccepted
 	switch d.Route {
 	case RouteTask:
-		s.createTask(cctx, op, wf, in.Conn, d)
+		if a, ok := s.createTask(cctx, op, wf, in.Conn, d, true); ok {
+			return StartResult{Status: a.Status, Response: a.Body}, nil
+		}
 	case RouteSync:
-		if s.callSync(cctx, op, wf, in.Conn) {
+		answered, a, stored := s.callSync(cctx, op, wf, in.Conn, true)
+		if stored {
+			return StartResult{Status: a.Status, Response: a.Body}, nil
+		}
+		if answered {
 			status = http.StatusCreated
 		}
 	case RouteJobAPI:
@@ -320,15 +326,19 @@ func callArgs(op Operation, wf *config.Workflow) map[string]any {
 func callMeta(op Operation) map[string]any { return map[string]any{MetaOperationID: op.ID} }
 
 // createTask makes the task-augmented call once under the create budget and records what
-// came back. It never resends.
-func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workflow, conn mcpclient.Conn, d Decision) {
+// came back. It never resends. marked says the ledger row was written with the call marked
+// sending (a start); otherwise (a retry) it is marked first. For a start whose task was
+// created, the first answer is stored with the created task, and returned with ok.
+func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workflow, conn mcpclient.Conn, d Decision, marked bool) (answer FirstAnswer, ok bool) {
 	log := s.cfg.Logger.With("operation", op.ID, "workflow", wf.Name)
 	cctx, cancel := context.WithTimeout(ctx, wf.Budgets.Create.Timeout.Duration)
 	defer cancel()
 	opts := mcpclient.TaskOptions{CallOptions: mcpclient.CallOptions{Meta: callMeta(op)}, TTL: wf.MaxTTL.Duration}
-	if err := s.cfg.Store.MarkSending(ctx, op.ID, wf.Budgets.Create.Timeout.Duration); err != nil {
-		log.Error("mark the task creation sending; not sent", "err", err)
-		return
+	if !marked {
+		if err := s.cfg.Store.MarkSending(ctx, op.ID, wf.Budgets.Create.Timeout.Duration); err != nil {
+			log.Error("mark the task creation sending; not sent", "err", err)
+			return answer, false
+		}
 	}
 	task, err := conn.CreateTask(cctx, wf.Tool, callArgs(op, wf), opts)
 	var noTask *mcpclient.NoTaskError
@@ -347,9 +357,21 @@ func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workf
 		if task.PollInterval <= 0 {
 			c.NextPollAt = now.Add(s.cfg.DefaultPoll)
 		}
-		if err := s.cfg.Store.RecordCreated(ctx, op.ID, c); err != nil {
+		if !marked {
+			if err := s.cfg.Store.RecordCreated(ctx, op.ID, c); err != nil {
+				log.Error("record created task", "err", err)
+			}
+			break
+		}
+		answered := op
+		t := *op.Task
+		t.TaskID, t.State = c.TaskID, c.State
+		answered.Task = &t
+		a, stored, err := s.cfg.Store.RecordCreatedAnswer(ctx, op.ID, c, FirstAnswer{Status: http.StatusAccepted, Body: responseFor(answered)})
+		if err != nil {
 			log.Error("record created task", "err", err)
 		}
+		return a, stored
 	case errors.As(err, &noTask):
 		// The extension server answered at once without a task: the call is finished.
 		c := CreatedTask{Era: string(mcpclient.EraExtension), State: StateCompleted, StatusMessage: "answered without a task",
@@ -385,6 +407,7 @@ func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workf
 		log.Warn("task creation unacknowledged", "err", err)
 	}
 	_ = d
+	return answer, false
 }
 
 // httpStatusOf returns the HTTP error status (400-599) a server, or a gateway in front of it,
@@ -454,39 +477,54 @@ func Deadline(created time.Time, granted *time.Duration, maxTTL time.Duration) t
 	return created.Add(limit)
 }
 
-// callSync makes the plain call under the fallback's maximum duration. It reports whether the
-// call was answered; a timeout or lost transport leaves the outcome unknown for reconciliation.
-func (s *Service) callSync(ctx context.Context, op Operation, wf *config.Workflow, conn mcpclient.Conn) bool {
+// callSync makes the plain call under the fallback's maximum duration. marked says the ledger
+// row was written with the call marked sending (a start); otherwise (a retry) it is marked
+// first. It reports whether the call was answered; a timeout or lost transport leaves the
+// outcome unknown for reconciliation.
+func (s *Service) callSync(ctx context.Context, op Operation, wf *config.Workflow, conn mcpclient.Conn, marked bool) (answered bool, first FirstAnswer, stored bool) {
 	log := s.cfg.Logger.With("operation", op.ID, "workflow", wf.Name)
 	if conn == nil {
 		s.refuse(ctx, op, "server unreachable; the call was not sent", true)
-		return true
+		return true, first, false
 	}
-	if err := s.cfg.Store.MarkSending(ctx, op.ID, wf.Fallback.MaxDuration.Duration); err != nil {
-		log.Error("mark the synchronous call sending; not sent", "err", err)
-		return false
+	if !marked {
+		if err := s.cfg.Store.MarkSending(ctx, op.ID, wf.Fallback.MaxDuration.Duration); err != nil {
+			log.Error("mark the synchronous call sending; not sent", "err", err)
+			return false, first, false
+		}
+		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "calling", "synchronous call sent")
 	}
-	_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "calling", "synchronous call sent")
 	started := s.cfg.Now()
 	cctx, cancel := context.WithTimeout(ctx, wf.Fallback.MaxDuration.Duration)
 	res, err := conn.CallTool(cctx, wf.Tool, callArgs(op, wf), mcpclient.CallOptions{Meta: callMeta(op)})
 	cancel()
+	// An answer is recorded with its timeline entry; a start's also with its first answer, in
+	// one statement.
+	answer := func(out mcpclient.Outcome, event, msg string) (bool, FirstAnswer, bool) {
+		env := BuildEnvelope(out, wf.Server, "", wf.KeepResult, &started, s.cfg.Now())
+		if marked {
+			a, ok, err := s.cfg.Store.RecordSyncAnswer(ctx, op.ID, env, event, msg, FirstAnswer{Status: http.StatusCreated, Body: responseFor(op)})
+			if err != nil {
+				log.Error("record sync answer", "err", err)
+			}
+			if ok || err != nil {
+				return true, a, ok
+			}
+		}
+		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, env, SourceCreate); err != nil {
+			log.Error("record sync answer", "err", err)
+		}
+		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, event, msg)
+		return true, FirstAnswer{}, false
+	}
 	var rpc *mcpclient.RPCError
 	switch {
 	case err == nil:
 		out := mcpclient.Outcome{Status: mcpclient.StatusCompleted, Era: conn.Info().Era, Result: res, ToolError: res.IsError}
-		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, BuildEnvelope(out, wf.Server, "", wf.KeepResult, &started, s.cfg.Now()), SourceCreate); err != nil {
-			log.Error("record sync result", "err", err)
-		}
-		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, out.Describe(), "synchronous call answered")
-		return true
+		return answer(out, out.Describe(), "synchronous call answered")
 	case errors.As(err, &rpc) && !errors.Is(err, mcpclient.ErrTransportLost):
 		out := mcpclient.Outcome{Status: mcpclient.StatusFailed, Era: conn.Info().Era, Error: rpc}
-		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, BuildEnvelope(out, wf.Server, "", wf.KeepResult, &started, s.cfg.Now()), SourceCreate); err != nil {
-			log.Error("record sync error", "err", err)
-		}
-		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "failed", fmt.Sprintf("synchronous call answered with a JSON-RPC error %d: %s", rpc.Code, sanitize(rpc.Message, 200)))
-		return true
+		return answer(out, "failed", fmt.Sprintf("synchronous call answered with a JSON-RPC error %d: %s", rpc.Code, sanitize(rpc.Message, 200)))
 	case httpStatusOf(err) != 0:
 		// The server answered with an HTTP error: a 4xx refused the call before it ran; after a
 		// 5xx the verifier decides.
@@ -494,18 +532,14 @@ func (s *Service) callSync(ctx context.Context, op Operation, wf *config.Workflo
 		msg := fmt.Sprintf("synchronous call refused by the server (HTTP %d): %s", code, text)
 		if code < 500 {
 			s.refuse(ctx, op, msg, true)
-			return true
+			return true, first, false
 		}
 		// No JSON-RPC error code: the HTTP status and text are the preview.
 		out := mcpclient.Outcome{Status: mcpclient.StatusFailed, Era: conn.Info().Era, Error: &mcpclient.RPCError{Message: fmt.Sprintf("HTTP %d: %s", code, text)}}
-		if err := s.cfg.Store.RecordEnvelope(ctx, op.ID, BuildEnvelope(out, wf.Server, "", wf.KeepResult, &started, s.cfg.Now()), SourceCreate); err != nil {
-			log.Error("record sync refusal", "err", err)
-		}
-		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, "failed", msg)
-		return true
+		return answer(out, "failed", msg)
 	case refused(err):
 		s.refuse(ctx, op, "synchronous call refused: "+safeMessage(err), true)
-		return true
+		return true, first, false
 	default:
 		reason := ReasonSyncTransportLost
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -527,7 +561,7 @@ func (s *Service) callSync(ctx context.Context, op Operation, wf *config.Workflo
 			log.Error("record sync timeout", "err", err)
 		}
 		_ = s.cfg.Store.AddTimeline(ctx, op.ID, SourceCreate, event, what)
-		return false
+		return false, first, false
 	}
 }
 

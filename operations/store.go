@@ -73,6 +73,16 @@ type Insert struct {
 	// to write, or an error that writes nothing.
 	Capacity      func(inFlight int) (Insert, error)
 	CapacityLimit int
+	// Sending, on the Task and sync routes, says the call is sent as soon as the row is
+	// committed: the row is written with the call marked sending, due within Sending (the
+	// create budget or the sync fallback's maximum), so a start costs no commit of its own
+	// between the ledger row and the call. Zero: the call is not sent (no connection).
+	Sending time.Duration
+}
+
+// calling reports whether the insert is a Task or sync start, written by one statement.
+func (in Insert) calling() bool {
+	return in.JobBaseURL == "" && !in.Handoff && in.RejectReply == nil && (in.Task != nil || in.Decision.Route == RouteSync)
 }
 
 // CreateOperation writes the ledger row, the decision, and the route's first row (a creating
@@ -87,6 +97,11 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 		if in, slot, err = s.applyCapacity(ctx, in); err != nil {
 			return Operation{}, false, err
 		}
+	}
+	if in.calling() {
+		op, existing, err = s.insertCalling(ctx, in, slot)
+		committed = err == nil
+		return op, existing, err
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		r := in.Request
@@ -168,6 +183,78 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 			r.IdempotencyKey, r.Workflow, op.ID, ErrKeyReused)
 	}
 	return op, existing, nil
+}
+
+// insertCalling writes a Task or sync start in one statement, so one round trip and one commit:
+// the ledger row with its call marked sending (Insert.Sending), the creating task with its
+// first timeline entry, and under a cap the reservation turned into the task. The slot's row is
+// locked first, so a recount that reclaims it either waits for this commit and finds it taken, or
+// took it before and this start writes nothing (errSlotReclaimed). A key used before writes
+// nothing and returns the existing operation.
+func (s *Store) insertCalling(ctx context.Context, in Insert, slot *capacitySlot) (Operation, bool, error) {
+	r := in.Request
+	var server, tool, state, message *string
+	var ttl *int64
+	if t := in.Task; t != nil {
+		server, tool = &t.Server, &t.Tool
+		if t.RequestedTTL != nil {
+			v := t.RequestedTTL.Milliseconds()
+			ttl = &v
+		}
+		st, msg := string(StateCreating), "task creation sent"
+		state, message = &st, &msg
+	} else if in.Sending > 0 {
+		st, msg := "calling", "synchronous call sent"
+		state, message = &st, &msg
+	}
+	var sending *int64
+	if in.Sending > 0 {
+		v := in.Sending.Milliseconds()
+		sending = &v
+	}
+	op := Operation{Tenant: r.Tenant, Workflow: r.Workflow, IdempotencyKey: r.IdempotencyKey, requestHash: in.Hash, Actor: r.Actor,
+		ObjectRef: r.ObjectRef, ObjectVersion: r.ObjectVersion, IntendedEffect: r.IntendedEffect, arguments: in.Arguments,
+		Route: in.Decision.Route, ReasonCode: in.Decision.ReasonCode, Reason: in.Decision.Reason, DomainOutcome: OutcomePending,
+		RouteContext: in.Decision.Context}
+	err := s.pool.QueryRow(ctx, `WITH l AS (SELECT id FROM capacity_slots WHERE id = $16 FOR UPDATE),
+		o AS (INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, object_ref,
+				object_version, intended_effect, arguments, route, reason_code, reason, declare_extension, policy_sha256,
+				domain_outcome, route_context, call_sent_at, call_due_at)
+			SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14, 'pending', $15,
+				CASE WHEN $17::bigint IS NOT NULL THEN now() END, now() + $17::bigint * interval '1 millisecond'
+			WHERE $16::bigint IS NULL OR EXISTS (SELECT 1 FROM l)
+			ON CONFLICT (tenant, workflow, idempotency_key) DO NOTHING
+			RETURNING id, created_at, updated_at),
+		t AS (INSERT INTO tasks (operation_id, server, tool, state, requested_ttl_ms)
+			SELECT id, $18, $19, 'creating', $20 FROM o WHERE $18::text IS NOT NULL RETURNING operation_id),
+		s AS (DELETE FROM capacity_slots WHERE id IN (SELECT id FROM l) AND EXISTS (SELECT 1 FROM t)),
+		tl AS (INSERT INTO task_timeline (operation_id, source, state, message) SELECT id, 'create', $21, $22 FROM o WHERE $21::text IS NOT NULL)
+		SELECT id, created_at, updated_at FROM o`,
+		r.Tenant, r.Workflow, r.IdempotencyKey, in.Hash, r.Actor, r.ObjectRef, r.ObjectVersion,
+		r.IntendedEffect, in.Arguments, in.Decision.Route, in.Decision.ReasonCode, in.Decision.Reason,
+		in.Decision.DeclareExtension, in.PolicySHA, nullJSON(in.Decision.Context), slot.slotID(), sending,
+		server, tool, ttl, state, message).Scan(&op.ID, &op.CreatedAt, &op.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		existing, err := s.byKey(ctx, r.Tenant, r.Workflow, r.IdempotencyKey)
+		if errors.Is(err, ErrNotFound) && slot != nil {
+			return Operation{}, false, errSlotReclaimed
+		}
+		if err != nil {
+			return Operation{}, false, err
+		}
+		if existing.requestHash != in.Hash {
+			return existing, true, fmt.Errorf("key %q of workflow %s was used for operation %s with a different request: %w",
+				r.IdempotencyKey, r.Workflow, existing.ID, ErrKeyReused)
+		}
+		return existing, true, nil
+	}
+	if err != nil {
+		return Operation{}, false, fmt.Errorf("insert operation: %w", err)
+	}
+	if t := in.Task; t != nil {
+		op.Task = &Task{Server: t.Server, Tool: t.Tool, State: StateCreating, RequestedTTL: t.RequestedTTL}
+	}
+	return op, false, nil
 }
 
 func setResponse(ctx context.Context, q querier, id string, status int, body StartResponse) error {
@@ -516,12 +603,33 @@ type CreatedTask struct {
 
 // RecordCreated stores the created task (state from CreateTaskResult) and its timeline entry.
 func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) error {
+	_, _, err := s.recordCreated(ctx, opID, c, nil)
+	return err
+}
+
+// FirstAnswer is a start's answer to store with the created task (RecordCreatedAnswer).
+type FirstAnswer struct {
+	Status int
+	Body   StartResponse
+}
+
+// RecordCreatedAnswer is RecordCreated for a start that answers at once: the created task, the
+// call marked recorded, the timeline entry and the start's first answer in one statement (one
+// commit). It returns the first answer stored: this one, unless one was stored before. ok is
+// false when the answer was not stored because the server's text had to be replaced (the
+// outcome then goes to reconciliation, so the answer must be read back).
+func (s *Store) RecordCreatedAnswer(ctx context.Context, opID string, c CreatedTask, a FirstAnswer) (FirstAnswer, bool, error) {
+	return s.recordCreated(ctx, opID, c, &a)
+}
+
+func (s *Store) recordCreated(ctx context.Context, opID string, c CreatedTask, answer *FirstAnswer) (FirstAnswer, bool, error) {
 	var replaced [5]bool
 	c.TaskID, replaced[0] = safetext.Clean(c.TaskID)
 	c.StatusMessage, replaced[1] = safetext.Clean(c.StatusMessage)
 	c.ServerName, replaced[2] = safetext.Clean(c.ServerName)
 	c.ServerVersion, replaced[3] = safetext.Clean(c.ServerVersion)
 	c.Capabilities, replaced[4] = safetext.CleanJSON(c.Capabilities)
+	clean := replaced == [5]bool{}
 	var ttl *int64
 	if c.TTL != nil {
 		v := c.TTL.Milliseconds()
@@ -534,29 +642,52 @@ func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) e
 		now := time.Now()
 		terminal = &now
 	}
-	// One statement: the task, the call marked recorded and the timeline entry.
+	var status *int
+	var body []byte
+	if answer != nil && clean {
+		b, err := json.Marshal(answer.Body)
+		if err != nil {
+			return FirstAnswer{}, false, err
+		}
+		status, body = &answer.Status, b
+	}
+	// One statement: the task, the call marked recorded (with the first answer, when given) and
+	// the timeline entry.
+	var stored FirstAnswer
 	record := func(q querier) error {
-		tag, err := q.Exec(ctx, `WITH t AS (UPDATE tasks SET task_id = $2, era = $3, state = $4, status_message = $5, session_id = $6,
+		var st *int
+		var raw []byte
+		err := q.QueryRow(ctx, `WITH t AS (UPDATE tasks SET task_id = $2, era = $3, state = $4, status_message = $5, session_id = $6,
 				capabilities = $7, server_name = $8, server_version = $9, server_created_at = $10, server_updated_at = $11,
 				ttl_ms = $12, poll_interval_ms = $13, deadline = $14, next_poll_at = $15, result_state = $16, terminal_at = $17, updated_at = now()
 				WHERE operation_id = $1 AND state = 'creating' RETURNING operation_id),
-			o AS (UPDATE operations SET call_recorded_at = now() WHERE id = (SELECT operation_id FROM t) AND call_recorded_at IS NULL)
-			INSERT INTO task_timeline (operation_id, source, state, message) SELECT operation_id, $18, $19, $5 FROM t`,
+			o AS (UPDATE operations SET call_recorded_at = coalesce(call_recorded_at, now()),
+					response_status = coalesce(response_status, $20), response_body = CASE WHEN response_status IS NULL THEN $21 ELSE response_body END
+				WHERE id = (SELECT operation_id FROM t) RETURNING response_status, response_body),
+			tl AS (INSERT INTO task_timeline (operation_id, source, state, message) SELECT operation_id, $18, $19, $5 FROM t)
+			SELECT response_status, response_body FROM o`,
 			opID, c.TaskID, c.Era, c.State, c.StatusMessage, c.SessionID, nullJSON(c.Capabilities), c.ServerName, c.ServerVersion,
 			nullTime(c.CreatedAt), nullTime(c.UpdatedAt), ttl, nullMillis(c.PollInterval), c.Deadline, c.NextPollAt, resultState, terminal,
-			SourceCreate, string(c.State))
+			SourceCreate, string(c.State), status, body).Scan(&st, &raw)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("record created task of %s: task is not creating: %w", opID, ErrNotFound)
+		}
 		if err != nil {
 			return fmt.Errorf("record created task of %s: %w", opID, err)
 		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("record created task of %s: task is not creating: %w", opID, ErrNotFound)
+		if st != nil && answer != nil && clean {
+			stored.Status = *st
+			if err := json.Unmarshal(raw, &stored.Body); err != nil {
+				return fmt.Errorf("decode response of %s: %w", opID, err)
+			}
 		}
 		return nil
 	}
-	if replaced == [5]bool{} {
-		return record(s.pool)
+	if clean {
+		err := record(s.pool)
+		return stored, err == nil && answer != nil, err
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return stored, false, pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := record(tx); err != nil {
 			return err
 		}
@@ -1007,6 +1138,48 @@ func (s *Store) RecordEnvelope(ctx context.Context, opID string, e Envelope, sou
 		}
 		return nil
 	})
+}
+
+// RecordSyncAnswer records a synchronous start's answer in one statement (one commit): the
+// envelope, the call marked recorded, the timeline entry (event, message) and the start's
+// first answer. It returns the first answer stored: this one, unless one was stored before. ok
+// is false, with nothing written, when the envelope's text must be replaced: RecordEnvelope
+// then keeps it with its reconciliation item. A start's own call has no answered input whose
+// echo could need cutting out.
+func (s *Store) RecordSyncAnswer(ctx context.Context, opID string, e Envelope, event, message string, a FirstAnswer) (FirstAnswer, bool, error) {
+	var r [5]bool
+	e.StatusMessage, r[0] = safetext.Clean(e.StatusMessage)
+	e.Preview, r[1] = safetext.Clean(e.Preview)
+	e.Result, r[2] = safetext.CleanJSON(e.Result)
+	e.Status, r[3] = safetext.Clean(e.Status)
+	message, r[4] = safetext.Clean(message)
+	if e.TextReplaced || r != [5]bool{} {
+		return FirstAnswer{}, false, nil
+	}
+	body, err := json.Marshal(a.Body)
+	if err != nil {
+		return FirstAnswer{}, false, err
+	}
+	var st int
+	var raw []byte
+	err = s.pool.QueryRow(ctx, `WITH e AS (INSERT INTO task_envelopes (operation_id, status, era, tool_error, error_code, started_at, finished_at,
+			status_message, result_size, result_sha256, preview, evidence_handle, result, text_replaced)
+			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,false) ON CONFLICT (operation_id) DO NOTHING),
+		o AS (UPDATE operations SET call_recorded_at = coalesce(call_recorded_at, now()),
+				response_status = coalesce(response_status, $17), response_body = CASE WHEN response_status IS NULL THEN $18 ELSE response_body END
+			WHERE id = $1 RETURNING response_status, response_body),
+		tl AS (INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1, $14, $15, $16))
+		SELECT response_status, response_body FROM o`,
+		opID, e.Status, e.Era, e.ToolError, e.ErrorCode, e.StartedAt, e.FinishedAt, e.StatusMessage, e.ResultSize,
+		e.ResultSHA256, e.Preview, e.EvidenceHandle, nullJSON(e.Result), SourceCreate, event, message, a.Status, body).Scan(&st, &raw)
+	if err != nil {
+		return FirstAnswer{}, false, fmt.Errorf("record sync answer of %s: %w", opID, notFound(opID, err))
+	}
+	out := FirstAnswer{Status: st}
+	if err := json.Unmarshal(raw, &out.Body); err != nil {
+		return FirstAnswer{}, false, fmt.Errorf("decode response of %s: %w", opID, err)
+	}
+	return out, true, nil
 }
 
 // MarkResultFailed records that the outcome could not be fetched within the result budget; the

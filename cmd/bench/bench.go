@@ -230,7 +230,8 @@ type env struct {
 	statements statementCounter
 }
 
-// statementCounter counts the statements sent on a pool (BEGIN and COMMIT included).
+// statementCounter counts the round trips made on a pool: each statement sent on its own
+// (BEGIN and COMMIT included) and each batch (its statements travel together).
 type statementCounter struct{ n atomic.Int64 }
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -239,6 +240,15 @@ func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ p
 }
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // benchPolicy: %[1]s is the MCP URL. bench_capped runs under a concurrency cap, bench_open
 // without one, bench_sync never uses a Task, bench_watch is watched.
@@ -800,7 +810,7 @@ func printTable(w io.Writer, r *Results) {
 	row("start.ratio", s.Ratio, "target >= 0.35")
 	row("start.p99_ms", s.P99Ms, "target <= 50")
 	row("start.uncapped_tasks_per_s", s.UncappedPerS, "")
-	row("start.statements_per_start", s.StatementsPerRun, "capped, router inputs from memory")
+	row("start.statements_per_start", s.StatementsPerRun, "round trips per capped start, router inputs from memory")
 	row("start.uncached_router_tasks_per_s", s.UncachedPerS, fmt.Sprintf("router reading its inputs per start: %.1f statements", s.UncachedStatements))
 	row("start.sync_ratio", s.SyncRatio, fmt.Sprintf("%.0f sync starts/s", s.SyncPerS))
 	row("start.scale_ratio", s.ScaleRatio, fmt.Sprintf("%.0f/s at %d operations; target >= 0.9", s.ScaleTasksPerS, r.Scale.Operations))

@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 )
@@ -60,6 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.DurationVar(&o.WatchFor, "watch-for", 0, "how long the watched Tasks are measured (default 20s; 10s quick)")
 	fs.IntVar(&o.Toggles, "toggles", 0, "kill switch engage/release rounds (default 50)")
 	fs.IntVar(&o.PageRequests, "page-requests", 0, "requests per console page (default 40; 20 quick)")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (the console side: start path, watcher, pages) to the file")
 	only := fs.String("only", "", "comma-separated phases to run (start, cap, killswitch, watch, waitfortask, scale, console); empty = all")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,6 +73,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	o.Quick = *quick
 	o = o.filled()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := Run(ctx, o, stdout)
 	if err != nil {
 		return err
