@@ -42,12 +42,13 @@ type Servers struct {
 	onStatus atomic.Pointer[func(server string, s mcpclient.Snapshot)]
 	onInput  atomic.Pointer[func(server string, r mcpclient.InputRequest)]
 
-	// dialMu serialises dials so that one session is never opened or resumed twice.
-	dialMu sync.Mutex
-
 	mu      sync.Mutex
 	clients map[string]*http.Client
 	conns   map[string]mcpclient.Conn // server, or server \x00 session
+	// dialing serialises the dials of one key (a server, or a server's session), so that one
+	// session is never opened or resumed twice; a slow dial holds up no other key, and a
+	// connection already open is returned without waiting for any dial.
+	dialing map[string]*sync.Mutex
 }
 
 // NewServers returns an empty registry; connections open on first use.
@@ -58,7 +59,8 @@ func NewServers(cfg ServersConfig) *Servers {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Servers{cfg: cfg, detector: mcpclient.NewDetector(), clients: map[string]*http.Client{}, conns: map[string]mcpclient.Conn{}}
+	return &Servers{cfg: cfg, detector: mcpclient.NewDetector(), clients: map[string]*http.Client{}, conns: map[string]mcpclient.Conn{},
+		dialing: map[string]*sync.Mutex{}}
 }
 
 // Observe sets the callbacks for status notifications and input requests arriving on any
@@ -143,33 +145,17 @@ func (s *Servers) options(server string) (mcpclient.Options, error) {
 
 // Conn returns the shared connection to a server, dialling it on first use.
 func (s *Servers) Conn(ctx context.Context, server string) (mcpclient.Conn, error) {
-	s.dialMu.Lock()
-	defer s.dialMu.Unlock()
-	s.mu.Lock()
-	c, ok := s.conns[server]
-	s.mu.Unlock()
-	if ok {
+	return s.connFor(server, func() (mcpclient.Conn, error) {
+		opts, err := s.options(server)
+		if err != nil {
+			return nil, err
+		}
+		c, err := mcpclient.Dial(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", server, err)
+		}
 		return c, nil
-	}
-	opts, err := s.options(server)
-	if err != nil {
-		return nil, err
-	}
-	c, err = mcpclient.Dial(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", server, err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if prev, ok := s.conns[server]; ok {
-		_ = c.Close()
-		return prev, nil
-	}
-	s.conns[server] = c
-	if sid := c.Info().SessionID; sid != "" {
-		s.conns[server+"\x00"+sid] = c
-	}
-	return c, nil
+	})
 }
 
 // TaskConn returns a connection able to observe a stored task: in the 2025-11-25 era the
@@ -179,25 +165,47 @@ func (s *Servers) TaskConn(ctx context.Context, server string, t *Task) (mcpclie
 	if t.Era != string(mcpclient.EraLegacy) || t.sessionID == "" {
 		return s.Conn(ctx, server)
 	}
-	key := server + "\x00" + t.sessionID
-	s.dialMu.Lock()
-	defer s.dialMu.Unlock()
+	return s.connFor(server+"\x00"+t.sessionID, func() (mcpclient.Conn, error) {
+		opts, err := s.options(server)
+		if err != nil {
+			return nil, err
+		}
+		opts.Era = mcpclient.EraChoiceLegacy
+		opts.Resume = &mcpclient.Resume{SessionID: t.sessionID, Capabilities: json.RawMessage(t.capabilities),
+			ServerName: t.serverName, ServerVersion: t.serverVersion}
+		c, err := mcpclient.Dial(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("resume session of %s: %w", server, err)
+		}
+		return c, nil
+	})
+}
+
+// connFor returns the open connection of key, or dials it under key's own lock. A new shared
+// connection is also kept under its session's key, for the tasks it creates.
+func (s *Servers) connFor(key string, dial func() (mcpclient.Conn, error)) (mcpclient.Conn, error) {
 	s.mu.Lock()
 	c, ok := s.conns[key]
+	lock := s.dialing[key]
+	if lock == nil {
+		lock = &sync.Mutex{}
+		s.dialing[key] = lock
+	}
 	s.mu.Unlock()
 	if ok {
 		return c, nil
 	}
-	opts, err := s.options(server)
+	lock.Lock()
+	defer lock.Unlock()
+	s.mu.Lock()
+	c, ok = s.conns[key]
+	s.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	c, err := dial()
 	if err != nil {
 		return nil, err
-	}
-	opts.Era = mcpclient.EraChoiceLegacy
-	opts.Resume = &mcpclient.Resume{SessionID: t.sessionID, Capabilities: json.RawMessage(t.capabilities),
-		ServerName: t.serverName, ServerVersion: t.serverVersion}
-	c, err = mcpclient.Dial(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("resume session of %s: %w", server, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -206,6 +214,9 @@ func (s *Servers) TaskConn(ctx context.Context, server string, t *Task) (mcpclie
 		return prev, nil
 	}
 	s.conns[key] = c
+	if sid := c.Info().SessionID; sid != "" && !strings.Contains(key, "\x00") {
+		s.conns[key+"\x00"+sid] = c
+	}
 	return c, nil
 }
 
