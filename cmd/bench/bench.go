@@ -147,24 +147,29 @@ type ScaleInfo struct {
 
 // StartFigures are the start path's.
 type StartFigures struct {
-	InsertsPerS      float64 `json:"inserts_per_s"`
-	TasksPerS        float64 `json:"tasks_per_s"`
-	Ratio            float64 `json:"ratio"`
-	P50Ms            float64 `json:"p50_ms"`
-	P99Ms            float64 `json:"p99_ms"`
-	UncappedPerS     float64 `json:"uncapped_tasks_per_s"`
-	SyncPerS         float64 `json:"sync_per_s"`
-	SyncRatio        float64 `json:"sync_ratio"`
-	SyncP99Ms        float64 `json:"sync_p99_ms"`
-	ScaleTasksPerS   float64 `json:"scale_tasks_per_s"`
-	ScaleP99Ms       float64 `json:"scale_p99_ms"`
-	ScaleRatio       float64 `json:"scale_ratio"`
-	Errors           int64   `json:"errors"`
-	CapExceeded      bool    `json:"cap_exceeded"`
-	CapLimit         int     `json:"cap_limit"`
-	CapMaxInFlight   int     `json:"cap_max_in_flight"`
-	CapRefused       int64   `json:"cap_refused"`
-	StatementsPerRun float64 `json:"statements_per_start,omitempty"`
+	InsertsPerS  float64 `json:"inserts_per_s"`
+	TasksPerS    float64 `json:"tasks_per_s"`
+	Ratio        float64 `json:"ratio"`
+	P50Ms        float64 `json:"p50_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	UncappedPerS float64 `json:"uncapped_tasks_per_s"`
+	SyncPerS     float64 `json:"sync_per_s"`
+	SyncRatio    float64 `json:"sync_ratio"`
+	SyncP99Ms    float64 `json:"sync_p99_ms"`
+	// CPU per insert, per capped Task start and per sync start: console, PostgreSQL and
+	// receiver milliseconds (the console spends none on an insert of the bench's own).
+	InsertCPU        CPUPerUnit `json:"insert_cpu_ms"`
+	TaskCPU          CPUPerUnit `json:"task_cpu_ms"`
+	SyncCPU          CPUPerUnit `json:"sync_cpu_ms"`
+	ScaleTasksPerS   float64    `json:"scale_tasks_per_s"`
+	ScaleP99Ms       float64    `json:"scale_p99_ms"`
+	ScaleRatio       float64    `json:"scale_ratio"`
+	Errors           int64      `json:"errors"`
+	CapExceeded      bool       `json:"cap_exceeded"`
+	CapLimit         int        `json:"cap_limit"`
+	CapMaxInFlight   int        `json:"cap_max_in_flight"`
+	CapRefused       int64      `json:"cap_refused"`
+	StatementsPerRun float64    `json:"statements_per_start,omitempty"`
 	// UncachedPerS and UncachedStatements are the capped start with a router that reads its
 	// inputs (stage, manifest status) for every decision: the figures before the cache.
 	UncachedPerS       float64 `json:"uncached_router_tasks_per_s"`
@@ -636,6 +641,7 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 		return err
 	}
 	var n atomic.Int64
+	m := e.cpuMeter()
 	ins, _, _, err := load(ctx, e.o.Clients, e.o.Phase, func(ctx context.Context) error {
 		_, err := e.pool.Exec(ctx, `INSERT INTO bench_inserts (tenant, k) VALUES ($1, $2)`, "acme", strconv.FormatInt(n.Add(1), 10))
 		return err
@@ -643,15 +649,18 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 	if err != nil {
 		return fmt.Errorf("inserts: %w", err)
 	}
+	res.Start.InsertCPU = m.per(ins * e.o.Phase.Seconds())
 	// Warm the connections to the receiver before timing.
 	if err := e.startOne("bench_capped", longWork)(ctx); err != nil {
 		return fmt.Errorf("first start: %w", err)
 	}
 	before := e.statements.n.Load()
+	m = e.cpuMeter()
 	rate, lat, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_capped", longWork))
 	if rate == 0 {
 		return fmt.Errorf("no start succeeded: %v", ferr)
 	}
+	res.Start.TaskCPU = m.per(rate * e.o.Phase.Seconds())
 	// Statements per start, the change publisher's and the prober's included (a few a second).
 	res.Start.StatementsPerRun = round2(float64(e.statements.n.Load()-before) / (rate * e.o.Phase.Seconds()))
 	before = e.statements.n.Load()
@@ -661,7 +670,9 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 		res.Start.UncachedStatements = round2(float64(e.statements.n.Load()-before) / (unc * e.o.Phase.Seconds()))
 	}
 	un, _, errs2, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_open", longWork))
+	m = e.cpuMeter()
 	sy, slat, errs3, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_sync", `{}`))
+	res.Start.SyncCPU = m.per(sy * e.o.Phase.Seconds())
 	s := &res.Start
 	s.InsertsPerS, s.TasksPerS, s.Ratio = round2(ins), round2(rate), round2(rate/ins)
 	s.P50Ms, s.P99Ms = quantileMs(lat, 0.50), quantileMs(lat, 0.99)
@@ -811,6 +822,12 @@ func printTable(w io.Writer, r *Results) {
 	row("start.p99_ms", s.P99Ms, "target <= 50")
 	row("start.uncapped_tasks_per_s", s.UncappedPerS, "")
 	row("start.statements_per_start", s.StatementsPerRun, "round trips per capped start, router inputs from memory")
+	cpu := func(c CPUPerUnit) string {
+		return fmt.Sprintf("console %.3f + postgres %.3f + receiver %.3f", c.Console, c.Postgres, c.Receiver)
+	}
+	row("start.insert_cpu_ms", s.InsertCPU.Total, cpu(s.InsertCPU))
+	row("start.task_cpu_ms", s.TaskCPU.Total, cpu(s.TaskCPU))
+	row("start.sync_cpu_ms", s.SyncCPU.Total, cpu(s.SyncCPU))
 	row("start.uncached_router_tasks_per_s", s.UncachedPerS, fmt.Sprintf("router reading its inputs per start: %.1f statements", s.UncachedStatements))
 	row("start.sync_ratio", s.SyncRatio, fmt.Sprintf("%.0f sync starts/s", s.SyncPerS))
 	row("start.scale_ratio", s.ScaleRatio, fmt.Sprintf("%.0f/s at %d operations; target >= 0.9", s.ScaleTasksPerS, r.Scale.Operations))

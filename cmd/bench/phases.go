@@ -209,6 +209,66 @@ func (e *env) postgresCPU() time.Duration {
 	return time.Duration(total * int64(time.Second) / hz)
 }
 
+// receiverCPU is the CPU time of the receiver's process (-1 when unknown).
+func (e *env) receiverCPU() time.Duration {
+	if e.rcv == nil || e.rcv.Process == nil {
+		return -1
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(e.rcv.Process.Pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration((ut + st) * int64(time.Second) / 100)
+}
+
+// cpuMeter measures the CPU the console (this process), PostgreSQL and the receiver spend
+// over a stretch of work, per unit of it: on a machine whose cores are busy with other work
+// these figures hold where rates do not.
+type cpuMeter struct {
+	e             *env
+	self, pg, rcv time.Duration
+}
+
+func (e *env) cpuMeter() cpuMeter {
+	return cpuMeter{e: e, self: selfCPU(), pg: e.postgresCPU(), rcv: e.receiverCPU()}
+}
+
+// CPUPerUnit is the CPU milliseconds per unit of work, by process.
+type CPUPerUnit struct {
+	Console  float64 `json:"console"`
+	Postgres float64 `json:"postgres"`
+	Receiver float64 `json:"receiver"`
+	Total    float64 `json:"total"`
+}
+
+func (m cpuMeter) per(n float64) CPUPerUnit {
+	if n <= 0 {
+		return CPUPerUnit{}
+	}
+	ms := func(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)/n*1000) / 1000 }
+	var c CPUPerUnit
+	c.Console = ms(selfCPU() - m.self)
+	if m.pg >= 0 {
+		c.Postgres = ms(m.e.postgresCPU() - m.pg)
+	}
+	if m.rcv >= 0 {
+		c.Receiver = ms(m.e.receiverCPU() - m.rcv)
+	}
+	c.Total = math.Round((c.Console+c.Postgres+c.Receiver)*1000) / 1000
+	return c
+}
+
 var afterLink = regexp.MustCompile(`[?&](?:amp;)?after=([A-Za-z0-9_%.:-]+)`)
 
 // consolePhase serves the console on loopback and fetches each page o.PageRequests times as a
