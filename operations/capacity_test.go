@@ -77,6 +77,11 @@ func TestConcurrencyCapAnswers429WithRetryAfterAndWritesNothing(t *testing.T) {
 		if err != nil || !res.Replayed || res.Response.OperationID != id {
 			t.Fatalf("replay of cap-%d: %+v %v", i, res, err)
 		}
+		// The same key with another request is a reused key, not a start refused at the cap.
+		if _, err := b.Ops.Start(context.Background(), acme, operations.StartRequest{IdempotencyKey: fmt.Sprint("cap-", i),
+			Workflow: "capped", Tenant: "acme", Actor: "app:billing", Arguments: []byte(`{"outcome": "other"}`)}); !errors.Is(err, operations.ErrKeyReused) {
+			t.Fatalf("cap-%d with another request at the cap: %v, want the key reused", i, err)
+		}
 	}
 	// Cancelling one frees a slot once its task is terminal.
 	var first string

@@ -17,8 +17,8 @@ import (
 // when its answer is due (now + budget). A call is sent only once this is written: when the
 // ledger cannot say so, nothing is sent.
 func (s *Store) MarkSending(ctx context.Context, opID string, budget time.Duration) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE operations SET call_sent_at = now(), call_due_at = now() + $2 * interval '1 millisecond'
-		WHERE id = $1 AND call_sent_at IS NULL AND call_recorded_at IS NULL`, opID, max(budget, 0).Milliseconds())
+	tag, err := s.pool.Exec(ctx, `UPDATE operation_calls SET sent_at = now(), due_at = now() + $2 * interval '1 millisecond'
+		WHERE operation_id = $1 AND sent_at IS NULL`, opID, max(budget, 0).Milliseconds())
 	if err != nil {
 		return fmt.Errorf("mark the call of %s sending: %w", opID, err)
 	}
@@ -53,12 +53,11 @@ type Recovered struct {
 func (s *Store) SweepUnrecorded(ctx context.Context, grace time.Duration, n int) (Recovered, error) {
 	var rec Recovered
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT o.id, o.route, o.call_sent_at, coalesce(t.state, '') FROM operations o
-			LEFT JOIN tasks t ON t.operation_id = o.id
-			WHERE o.call_recorded_at IS NULL AND o.route IN ('task', 'sync', 'job_api')
-			  AND ((o.call_sent_at IS NOT NULL AND o.call_due_at < now() - $1 * interval '1 millisecond')
-			    OR (o.call_sent_at IS NULL AND o.created_at < now() - $1 * interval '1 millisecond'))
-			ORDER BY o.created_at LIMIT $2 FOR UPDATE OF o SKIP LOCKED`, grace.Milliseconds(), n)
+		rows, err := tx.Query(ctx, `SELECT o.id, o.route, c.sent_at, coalesce(t.state, '') FROM operation_calls c
+			JOIN operations o ON o.id = c.operation_id LEFT JOIN tasks t ON t.operation_id = o.id
+			WHERE (c.sent_at IS NOT NULL AND c.due_at < now() - $1 * interval '1 millisecond')
+			   OR (c.sent_at IS NULL AND c.created_at < now() - $1 * interval '1 millisecond')
+			ORDER BY c.created_at LIMIT $2 FOR UPDATE OF c, o SKIP LOCKED`, grace.Milliseconds(), n)
 		if err != nil {
 			return fmt.Errorf("find unrecorded calls: %w", err)
 		}
@@ -123,7 +122,7 @@ func neverSent(ctx context.Context, tx pgx.Tx, opID, taskState string) error {
 	if _, err := tx.Exec(ctx, `UPDATE job_runs SET status = 'not_sent', updated_at = now() WHERE operation_id = $1 AND status = 'submitting'`, opID); err != nil {
 		return fmt.Errorf("job of %s: %w", opID, err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE operations SET domain_outcome = 'not_run', call_recorded_at = now(), updated_at = now()
+	if _, err := tx.Exec(ctx, `UPDATE operations SET domain_outcome = 'not_run', updated_at = now()
 		WHERE id = $1 AND domain_outcome = 'pending'`, opID); err != nil {
 		return fmt.Errorf("mark %s not run: %w", opID, err)
 	}

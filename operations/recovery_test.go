@@ -226,7 +226,7 @@ func TestCallSentWhileDatabaseDownBecomesUnknownWithItem(t *testing.T) {
 				t.Fatalf("a sweep within the grace settled %+v", got)
 			}
 			// The call's budget runs out (the job API's is the 30 s default: skip to its end).
-			if _, err := pool.Exec(context.Background(), `UPDATE operations SET call_due_at = least(call_due_at, now()) WHERE id = $1`, id); err != nil {
+			if _, err := pool.Exec(context.Background(), `UPDATE operation_calls SET due_at = least(due_at, now()) WHERE operation_id = $1`, id); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -286,7 +286,7 @@ func TestNeverSentCreatingTaskIsSettledNotRun(t *testing.T) {
 	if got := sweep(t, b.Store, time.Minute); got.NeverSent != 0 {
 		t.Fatalf("a fresh row was settled: %+v", got)
 	}
-	if _, err := b.Pool.Exec(context.Background(), `UPDATE operations SET created_at = now() - interval '2 minutes' WHERE id = $1`, op.ID); err != nil {
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE operation_calls SET created_at = now() - interval '2 minutes' WHERE operation_id = $1`, op.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := sweep(t, b.Store, time.Minute); got.NeverSent != 1 {
@@ -440,7 +440,7 @@ func TestCallSentWhilePostgreSQLStoppedIsRecovered(t *testing.T) {
 	if d := b.Detail(t, id); d.Task.State != operations.StateCreating || d.DomainOutcome != operations.OutcomePending {
 		t.Fatalf("before the sweep: task %s outcome %s", d.Task.State, d.DomainOutcome)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE operations SET call_due_at = least(call_due_at, now()) WHERE id = $1`, id); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE operation_calls SET due_at = least(due_at, now()) WHERE operation_id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)

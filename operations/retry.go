@@ -58,13 +58,17 @@ func (s *Service) Retry(ctx context.Context, id, by string) error {
 	}
 	err = pgx.BeginFunc(ctx, s.cfg.Store.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE operations SET domain_outcome = 'pending', attention = NULL, attention_reason = NULL,
-			call_sent_at = NULL, call_due_at = NULL, call_recorded_at = NULL,
 			updated_at = now() WHERE id = $1 AND domain_outcome = 'not_applied'`, id)
 		if err != nil {
 			return fmt.Errorf("retry %s: %w", id, err)
 		}
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("retry %s: %w", id, ErrNotRetryable)
+		}
+		// The retry's call is to be sent: the sweep finds it if it never is, or never answered.
+		if _, err := tx.Exec(ctx, `INSERT INTO operation_calls (operation_id) VALUES ($1)
+			ON CONFLICT (operation_id) DO UPDATE SET sent_at = NULL, due_at = NULL, created_at = now()`, id); err != nil {
+			return fmt.Errorf("retry %s: %w", id, err)
 		}
 		// The previous attempt is evidence: archive it before the task row is reset.
 		if _, err := tx.Exec(ctx, `INSERT INTO operation_attempts (operation_id, attempt, route, task, envelope, job, archived_by)

@@ -114,8 +114,9 @@ func (c *roundTrips) count(f func()) (sent, commits []string) {
 }
 
 // TestRoundTripsPerStart bounds what a start asks of the database, Task (capped and uncapped)
-// and sync: the key lookup, under a cap the slot's reservation (committed without waiting for
-// a flush), the ledger row written with its call marked sending, then after the call the
+// and sync, once the server's connection is open: under a cap the slot's reservation
+// (committed without waiting for a flush), the ledger row written with its call marked sending
+// (a repeat is found by its key's conflict, not by a lookup first), then after the call the
 // created task (or the sync answer) with the first answer. Two synchronous commits around the
 // MCP call: the least that keeps a call from being sent before the ledger says so and an answer
 // from being given before it is durable.
@@ -142,9 +143,9 @@ func TestRoundTripsPerStart(t *testing.T) {
 		route          operations.Route
 		bound          int
 	}{
-		{"refund", `{"duration_ms": 60000}`, operations.RouteTask, 3},
-		{"capped", `{"duration_ms": 60000}`, operations.RouteTask, 4},
-		{"plain", `{}`, operations.RouteSync, 3},
+		{"refund", `{"duration_ms": 60000}`, operations.RouteTask, 2},
+		{"capped", `{"duration_ms": 60000}`, operations.RouteTask, 3},
+		{"plain", `{}`, operations.RouteSync, 2},
 	} {
 		// The first start of each workflow opens the connection and creates the counter row.
 		b.Start(t, c.workflow, c.workflow+"-warm", c.args)

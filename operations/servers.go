@@ -143,6 +143,14 @@ func (s *Servers) options(server string) (mcpclient.Options, error) {
 	}, nil
 }
 
+// Open reports whether the shared connection to a server is open (Conn returns it at once).
+func (s *Servers) Open(server string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.conns[server]
+	return ok
+}
+
 // Conn returns the shared connection to a server, dialling it on first use.
 func (s *Servers) Conn(ctx context.Context, server string) (mcpclient.Conn, error) {
 	return s.connFor(server, func() (mcpclient.Conn, error) {

@@ -214,10 +214,14 @@ func (s *Service) Start(ctx context.Context, scope Scope, req StartRequest) (Sta
 	if err != nil {
 		return StartResult{}, err
 	}
-	if op, err := s.cfg.Store.byKey(ctx, req.Tenant, req.Workflow, req.IdempotencyKey); err == nil {
-		return s.replay(ctx, op, hash)
-	} else if !errors.Is(err, ErrNotFound) {
-		return StartResult{}, err
+	// A repeat is found by the insert's key conflict. Only while the server's connection is not
+	// open is the key looked up first, so that a repeat never waits for a dial.
+	if !s.cfg.Servers.Open(wf.Server) {
+		if op, err := s.cfg.Store.byKey(ctx, req.Tenant, req.Workflow, req.IdempotencyKey); err == nil {
+			return s.replay(ctx, op, hash)
+		} else if !errors.Is(err, ErrNotFound) {
+			return StartResult{}, err
+		}
 	}
 
 	in := RouteInput{Workflow: wf, Request: req}
@@ -328,7 +332,7 @@ func callMeta(op Operation) map[string]any { return map[string]any{MetaOperation
 // createTask makes the task-augmented call once under the create budget and records what
 // came back. It never resends. marked says the ledger row was written with the call marked
 // sending (a start); otherwise (a retry) it is marked first. For a start whose task was
-// created, the first answer is stored with the created task, and returned with ok.
+// created and recorded as the server said it, the start's answer is returned with ok.
 func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workflow, conn mcpclient.Conn, d Decision, marked bool) (answer FirstAnswer, ok bool) {
 	log := s.cfg.Logger.With("operation", op.ID, "workflow", wf.Name)
 	cctx, cancel := context.WithTimeout(ctx, wf.Budgets.Create.Timeout.Duration)
@@ -357,26 +361,25 @@ func (s *Service) createTask(ctx context.Context, op Operation, wf *config.Workf
 		if task.PollInterval <= 0 {
 			c.NextPollAt = now.Add(s.cfg.DefaultPoll)
 		}
-		if !marked {
-			if err := s.cfg.Store.RecordCreated(ctx, op.ID, c); err != nil {
-				log.Error("record created task", "err", err)
-			}
+		clean, err := s.cfg.Store.RecordCreated(ctx, op.ID, c)
+		if err != nil {
+			log.Error("record created task", "err", err)
+		}
+		if !marked || !clean || err != nil {
 			break
 		}
+		// The answer is what was just recorded. A Task start's answer is always 202, which a
+		// repeat is given whether an answer was stored or not: none is stored.
 		answered := op
 		t := *op.Task
 		t.TaskID, t.State = c.TaskID, c.State
 		answered.Task = &t
-		a, stored, err := s.cfg.Store.RecordCreatedAnswer(ctx, op.ID, c, FirstAnswer{Status: http.StatusAccepted, Body: responseFor(answered)})
-		if err != nil {
-			log.Error("record created task", "err", err)
-		}
-		return a, stored
+		return FirstAnswer{Status: http.StatusAccepted, Body: responseFor(answered)}, true
 	case errors.As(err, &noTask):
 		// The extension server answered at once without a task: the call is finished.
 		c := CreatedTask{Era: string(mcpclient.EraExtension), State: StateCompleted, StatusMessage: "answered without a task",
 			Deadline: s.cfg.Now(), NextPollAt: s.cfg.Now()}
-		if err := s.cfg.Store.RecordCreated(ctx, op.ID, c); err != nil {
+		if _, err := s.cfg.Store.RecordCreated(ctx, op.ID, c); err != nil {
 			log.Error("record immediate result", "err", err)
 		}
 		out := mcpclient.Outcome{Status: mcpclient.StatusCompleted, Era: mcpclient.EraExtension, Result: noTask.Result, ToolError: noTask.Result != nil && noTask.Result.IsError}

@@ -94,7 +94,12 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 	committed := false
 	defer func() { slot.settle(ctx, committed && !existing && in.Task != nil) }()
 	if in.Capacity != nil {
+		full := in
 		if in, slot, err = s.applyCapacity(ctx, in); err != nil {
+			// At the cap: a repeat of a start that got in is answered as the repeat it is.
+			if prev, perr, ok := s.repeated(ctx, full, err); ok {
+				return prev, true, perr
+			}
 			return Operation{}, false, err
 		}
 	}
@@ -109,10 +114,9 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 		err := tx.QueryRow(ctx, `
 			INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, object_ref,
 				object_version, intended_effect, arguments, route, reason_code, reason, declare_extension, policy_sha256,
-				domain_outcome, call_recorded_at, route_context)
+				domain_outcome, route_context)
 			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,
-				CASE WHEN $10 = 'reject' THEN 'not_run' ELSE 'pending' END,
-				CASE WHEN $10 IN ('reject', 'handoff') THEN now() END, $15)
+				CASE WHEN $10 = 'reject' THEN 'not_run' ELSE 'pending' END, $15)
 			ON CONFLICT (tenant, workflow, idempotency_key) DO NOTHING
 			RETURNING id`,
 			r.Tenant, r.Workflow, r.IdempotencyKey, in.Hash, r.Actor, r.ObjectRef, r.ObjectVersion,
@@ -146,7 +150,8 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 				return errSlotReclaimed
 			}
 		case in.JobBaseURL != "":
-			if _, err := tx.Exec(ctx, `INSERT INTO job_runs (operation_id, base_url) VALUES ($1,$2)`, id, in.JobBaseURL); err != nil {
+			if _, err := tx.Exec(ctx, `WITH c AS (INSERT INTO operation_calls (operation_id) VALUES ($1))
+				INSERT INTO job_runs (operation_id, base_url) VALUES ($1,$2)`, id, in.JobBaseURL); err != nil {
 				return fmt.Errorf("insert job run: %w", err)
 			}
 		case in.Handoff:
@@ -185,8 +190,28 @@ func (s *Store) CreateOperation(ctx context.Context, in Insert) (op Operation, e
 	return op, existing, nil
 }
 
+// repeated returns, when the capacity check refused a start (err is a *CapacityError), the
+// operation that used its key before (ok), with ErrKeyReused when the request differs.
+func (s *Store) repeated(ctx context.Context, in Insert, err error) (Operation, error, bool) {
+	var ce *CapacityError
+	if !errors.As(err, &ce) {
+		return Operation{}, nil, false
+	}
+	r := in.Request
+	prev, lerr := s.byKey(ctx, r.Tenant, r.Workflow, r.IdempotencyKey)
+	if lerr != nil {
+		return Operation{}, nil, false
+	}
+	if prev.requestHash != in.Hash {
+		return prev, fmt.Errorf("key %q of workflow %s was used for operation %s with a different request: %w",
+			r.IdempotencyKey, r.Workflow, prev.ID, ErrKeyReused), true
+	}
+	return prev, nil, true
+}
+
 // insertCalling writes a Task or sync start in one statement, so one round trip and one commit:
-// the ledger row with its call marked sending (Insert.Sending), the creating task with its
+// the ledger row with its call (operation_calls) marked sending (Insert.Sending), the creating
+// task with its
 // first timeline entry, and under a cap the reservation turned into the task. The slot's row is
 // locked first, so a recount that reclaims it either waits for this commit and finds it taken, or
 // took it before and this start writes nothing (errSlotReclaimed). A key used before writes
@@ -219,12 +244,13 @@ func (s *Store) insertCalling(ctx context.Context, in Insert, slot *capacitySlot
 	err := s.pool.QueryRow(ctx, `WITH l AS (SELECT id FROM capacity_slots WHERE id = $16 FOR UPDATE),
 		o AS (INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, object_ref,
 				object_version, intended_effect, arguments, route, reason_code, reason, declare_extension, policy_sha256,
-				domain_outcome, route_context, call_sent_at, call_due_at)
-			SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14, 'pending', $15,
-				CASE WHEN $17::bigint IS NOT NULL THEN now() END, now() + $17::bigint * interval '1 millisecond'
+				domain_outcome, route_context)
+			SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14, 'pending', $15
 			WHERE $16::bigint IS NULL OR EXISTS (SELECT 1 FROM l)
 			ON CONFLICT (tenant, workflow, idempotency_key) DO NOTHING
 			RETURNING id, created_at, updated_at),
+		c AS (INSERT INTO operation_calls (operation_id, sent_at, due_at)
+			SELECT id, CASE WHEN $17::bigint IS NOT NULL THEN now() END, now() + $17::bigint * interval '1 millisecond' FROM o),
 		t AS (INSERT INTO tasks (operation_id, server, tool, state, requested_ttl_ms)
 			SELECT id, $18, $19, 'creating', $20 FROM o WHERE $18::text IS NOT NULL RETURNING operation_id),
 		s AS (DELETE FROM capacity_slots WHERE id IN (SELECT id FROM l) AND EXISTS (SELECT 1 FROM t)),
@@ -601,35 +627,16 @@ type CreatedTask struct {
 	NextPollAt time.Time
 }
 
-// RecordCreated stores the created task (state from CreateTaskResult) and its timeline entry.
-func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) error {
-	_, _, err := s.recordCreated(ctx, opID, c, nil)
-	return err
-}
-
-// FirstAnswer is a start's answer to store with the created task (RecordCreatedAnswer).
-type FirstAnswer struct {
-	Status int
-	Body   StartResponse
-}
-
-// RecordCreatedAnswer is RecordCreated for a start that answers at once: the created task, the
-// call marked recorded, the timeline entry and the start's first answer in one statement (one
-// commit). It returns the first answer stored: this one, unless one was stored before. ok is
-// false when the answer was not stored because the server's text had to be replaced (the
-// outcome then goes to reconciliation, so the answer must be read back).
-func (s *Store) RecordCreatedAnswer(ctx context.Context, opID string, c CreatedTask, a FirstAnswer) (FirstAnswer, bool, error) {
-	return s.recordCreated(ctx, opID, c, &a)
-}
-
-func (s *Store) recordCreated(ctx context.Context, opID string, c CreatedTask, answer *FirstAnswer) (FirstAnswer, bool, error) {
+// RecordCreated stores the created task (state from CreateTaskResult) and its timeline entry,
+// and notes the call recorded, in one statement (one commit). clean is false when the server's
+// text had to be replaced to be stored: the outcome then went to reconciliation with an item.
+func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) (clean bool, err error) {
 	var replaced [5]bool
 	c.TaskID, replaced[0] = safetext.Clean(c.TaskID)
 	c.StatusMessage, replaced[1] = safetext.Clean(c.StatusMessage)
 	c.ServerName, replaced[2] = safetext.Clean(c.ServerName)
 	c.ServerVersion, replaced[3] = safetext.Clean(c.ServerVersion)
 	c.Capabilities, replaced[4] = safetext.CleanJSON(c.Capabilities)
-	clean := replaced == [5]bool{}
 	var ttl *int64
 	if c.TTL != nil {
 		v := c.TTL.Milliseconds()
@@ -642,52 +649,29 @@ func (s *Store) recordCreated(ctx context.Context, opID string, c CreatedTask, a
 		now := time.Now()
 		terminal = &now
 	}
-	var status *int
-	var body []byte
-	if answer != nil && clean {
-		b, err := json.Marshal(answer.Body)
-		if err != nil {
-			return FirstAnswer{}, false, err
-		}
-		status, body = &answer.Status, b
-	}
-	// One statement: the task, the call marked recorded (with the first answer, when given) and
-	// the timeline entry.
-	var stored FirstAnswer
+	// One statement: the task, the call recorded and the timeline entry.
 	record := func(q querier) error {
-		var st *int
-		var raw []byte
-		err := q.QueryRow(ctx, `WITH t AS (UPDATE tasks SET task_id = $2, era = $3, state = $4, status_message = $5, session_id = $6,
+		tag, err := q.Exec(ctx, `WITH t AS (UPDATE tasks SET task_id = $2, era = $3, state = $4, status_message = $5, session_id = $6,
 				capabilities = $7, server_name = $8, server_version = $9, server_created_at = $10, server_updated_at = $11,
 				ttl_ms = $12, poll_interval_ms = $13, deadline = $14, next_poll_at = $15, result_state = $16, terminal_at = $17, updated_at = now()
 				WHERE operation_id = $1 AND state = 'creating' RETURNING operation_id),
-			o AS (UPDATE operations SET call_recorded_at = coalesce(call_recorded_at, now()),
-					response_status = coalesce(response_status, $20), response_body = CASE WHEN response_status IS NULL THEN $21 ELSE response_body END
-				WHERE id = (SELECT operation_id FROM t) RETURNING response_status, response_body),
-			tl AS (INSERT INTO task_timeline (operation_id, source, state, message) SELECT operation_id, $18, $19, $5 FROM t)
-			SELECT response_status, response_body FROM o`,
+			c AS (DELETE FROM operation_calls WHERE operation_id IN (SELECT operation_id FROM t))
+			INSERT INTO task_timeline (operation_id, source, state, message) SELECT operation_id, $18, $19, $5 FROM t`,
 			opID, c.TaskID, c.Era, c.State, c.StatusMessage, c.SessionID, nullJSON(c.Capabilities), c.ServerName, c.ServerVersion,
 			nullTime(c.CreatedAt), nullTime(c.UpdatedAt), ttl, nullMillis(c.PollInterval), c.Deadline, c.NextPollAt, resultState, terminal,
-			SourceCreate, string(c.State), status, body).Scan(&st, &raw)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("record created task of %s: task is not creating: %w", opID, ErrNotFound)
-		}
+			SourceCreate, string(c.State))
 		if err != nil {
 			return fmt.Errorf("record created task of %s: %w", opID, err)
 		}
-		if st != nil && answer != nil && clean {
-			stored.Status = *st
-			if err := json.Unmarshal(raw, &stored.Body); err != nil {
-				return fmt.Errorf("decode response of %s: %w", opID, err)
-			}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("record created task of %s: task is not creating: %w", opID, ErrNotFound)
 		}
 		return nil
 	}
-	if clean {
-		err := record(s.pool)
-		return stored, err == nil && answer != nil, err
+	if replaced == [5]bool{} {
+		return true, record(s.pool)
 	}
-	return stored, false, pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return false, pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := record(tx); err != nil {
 			return err
 		}
@@ -698,6 +682,12 @@ func (s *Store) recordCreated(ctx context.Context, opID string, c CreatedTask, a
 		}
 		return nil
 	})
+}
+
+// FirstAnswer is the first answer to a start (its HTTP status and body).
+type FirstAnswer struct {
+	Status int
+	Body   StartResponse
 }
 
 func nullJSON(b json.RawMessage) any {
@@ -725,7 +715,7 @@ func nullMillis(d time.Duration) *int64 {
 // callRecorded notes that the answer of an operation's call was recorded (the recovery sweep
 // looks for calls sent and never recorded).
 func callRecorded(ctx context.Context, q querier, opID string) error {
-	if _, err := q.Exec(ctx, `UPDATE operations SET call_recorded_at = now() WHERE id = $1 AND call_recorded_at IS NULL`, opID); err != nil {
+	if _, err := q.Exec(ctx, `DELETE FROM operation_calls WHERE operation_id = $1`, opID); err != nil {
 		return fmt.Errorf("note the call of %s recorded: %w", opID, err)
 	}
 	return nil
@@ -1165,8 +1155,9 @@ func (s *Store) RecordSyncAnswer(ctx context.Context, opID string, e Envelope, e
 	err = s.pool.QueryRow(ctx, `WITH e AS (INSERT INTO task_envelopes (operation_id, status, era, tool_error, error_code, started_at, finished_at,
 			status_message, result_size, result_sha256, preview, evidence_handle, result, text_replaced)
 			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,false) ON CONFLICT (operation_id) DO NOTHING),
-		o AS (UPDATE operations SET call_recorded_at = coalesce(call_recorded_at, now()),
-				response_status = coalesce(response_status, $17), response_body = CASE WHEN response_status IS NULL THEN $18 ELSE response_body END
+		c AS (DELETE FROM operation_calls WHERE operation_id = $1),
+		o AS (UPDATE operations SET response_status = coalesce(response_status, $17),
+				response_body = CASE WHEN response_status IS NULL THEN $18 ELSE response_body END
 			WHERE id = $1 RETURNING response_status, response_body),
 		tl AS (INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1, $14, $15, $16))
 		SELECT response_status, response_body FROM o`,

@@ -175,6 +175,9 @@ type Input struct {
 	Workflow config.Workflow `json:"-"`
 	// Manifest is the server's latest manifest; nil when missing.
 	Manifest *manifests.Manifest `json:"-"`
+	// Fingerprint is Manifest's fingerprint when already known (a stored version's); empty:
+	// Decide computes it.
+	Fingerprint string `json:"-"`
 	// ManifestState says whether Manifest can be relied on.
 	ManifestState ManifestState `json:"manifestState"`
 	// KillSwitch is true when the kill switch blocks new Task starts.
@@ -282,7 +285,10 @@ func Decide(in Input) Decision {
 	var d Decision
 	if in.Manifest != nil {
 		d.Era = in.Manifest.Era
-		d.Fingerprint, _ = in.Manifest.Fingerprint()
+		d.Fingerprint = in.Fingerprint
+		if d.Fingerprint == "" {
+			d.Fingerprint, _ = in.Manifest.Fingerprint()
+		}
 	}
 	fallback := func(r Reason, why string) Decision {
 		return d.withFallback(in, r, why)

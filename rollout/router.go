@@ -287,7 +287,7 @@ func (r *Router) Route(ctx context.Context, workflow, tenant string) (Routed, er
 	}
 	in.ManifestState = r.manifestState(ms, now)
 	if ms.Latest != nil {
-		in.Manifest = ms.Latest.Manifest
+		in.Manifest, in.Fingerprint = ms.Latest.Manifest, ms.Latest.Fingerprint
 		out.ManifestID = ms.Latest.ID
 		if t, ok := in.Manifest.Tool(w.Tool); ok {
 			out.ToolMode = t.Mode

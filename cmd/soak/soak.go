@@ -205,7 +205,7 @@ SELECT o.id::text, o.idempotency_key, o.route, o.workflow, o.created_at,
        coalesce(t.state, ''), coalesce(t.task_id, ''), t.deadline, coalesce(t.tool_error, false), coalesce(j.status, ''),
        EXISTS (SELECT 1 FROM reconciliation_items r WHERE r.operation_id = o.id AND r.reason <> ''),
        EXISTS (SELECT 1 FROM handoff_items h WHERE h.operation_id = o.id),
-       o.call_recorded_at IS NOT NULL, o.domain_outcome, o.reason_code,
+       NOT EXISTS (SELECT 1 FROM operation_calls c WHERE c.operation_id = o.id), o.domain_outcome, o.reason_code,
        coalesce((SELECT string_agg(p.input_key || '=' || p.state, ',') FROM pending_inputs p WHERE p.operation_id = o.id), '')
 FROM operations o
 LEFT JOIN tasks t ON t.operation_id = o.id
