@@ -20,3 +20,32 @@ INSERT INTO operation_calls (operation_id, sent_at, due_at, created_at)
 
 DROP INDEX operations_call_unrecorded_idx;
 ALTER TABLE operations DROP COLUMN call_sent_at, DROP COLUMN call_due_at, DROP COLUMN call_recorded_at;
+
+-- A task leaving the open states gives its cap's slot back by appending a release, not by
+-- updating the counter row: that update held the row's lock until the ending transaction's
+-- commit was flushed, so every reservation of the workflow queued behind every task that ended.
+-- A reservation folds the releases in (deletes them and lowers the counter in its own short
+-- statement); a recount deletes those its count already reflects.
+CREATE TABLE capacity_releases (
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    workflow text   NOT NULL
+);
+CREATE INDEX capacity_releases_workflow_idx ON capacity_releases (workflow);
+
+CREATE OR REPLACE FUNCTION taskgate_free_capacity() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    w text;
+BEGIN
+    IF OLD.state NOT IN ('creating', 'working', 'input_required') THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.state IN ('creating', 'working', 'input_required') THEN
+        RETURN NULL;
+    END IF;
+    SELECT workflow INTO w FROM operations WHERE id = OLD.operation_id;
+    IF EXISTS (SELECT 1 FROM workflow_in_flight WHERE workflow = w) THEN
+        INSERT INTO capacity_releases (workflow) VALUES (w);
+    END IF;
+    RETURN NULL;
+END
+$$;

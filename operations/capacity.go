@@ -158,49 +158,59 @@ func asyncCommit(b *pgx.Batch) {
 // committed (it took longer than the grace); the start writes nothing and may be sent again.
 var errSlotReclaimed = errors.New("the start took too long: its slot of the concurrency cap was reclaimed; nothing was written, send it again")
 
-// applyCapacity runs in.Capacity for a start of a capped workflow. One slot is reserved on the workflow's
-// counter row with a conditional UPDATE (in_flight < cap) in its own statement, outside the
-// start transaction (before it begins, so a start never holds two connections): concurrent starts of a workflow never wait for each other's commit, and
-// no start gets past the cap. The same statement records the reservation in capacity_slots. At
-// the cap nothing is reserved and in.Capacity chooses the policy's backpressure. A start that
-// turns out to repeat a known key gives its slot back. The counter row is created on first use,
-// and recounted from the ledger (open tasks plus reservations not yet committed) when the cap in
-// force differs from the one it was counted for; a start below the cap costs one statement.
+// applyCapacity runs in.Capacity for a start of a capped workflow. One slot is reserved on the
+// workflow's counter row in its own statement, outside the start transaction and committed
+// without waiting for a flush (asyncCommit): concurrent starts of a workflow never wait for each
+// other's commit, and no start gets past the cap. The same statement folds in the releases of
+// tasks that ended (capacity_releases) and records the reservation in capacity_slots. At the cap
+// nothing is reserved and in.Capacity chooses the policy's backpressure. A start that turns out
+// to repeat a known key gives its slot back. The counter row is created on first use, and
+// recounted from the ledger (open tasks plus reservations not yet committed) when the cap in
+// force differs from the one it was counted for; a start below the cap costs one round trip.
 func (s *Store) applyCapacity(ctx context.Context, in Insert) (Insert, *capacitySlot, error) {
 	r := in.Request
 	limit := in.CapacityLimit
 	var id int64
-	reserve := func() (int, bool, error) {
-		n, got := 0, false
+	// reserve folds in the releases of tasks that ended and takes a slot below the cap; found
+	// is false when the counter is missing or was counted for another cap.
+	reserve := func() (n int, granted, found bool, err error) {
+		var slot *int64
 		b := &pgx.Batch{}
 		asyncCommit(b)
-		b.Queue(`WITH u AS (UPDATE workflow_in_flight SET in_flight = in_flight + 1
-				WHERE workflow = $1 AND in_flight < $2 AND cap_seen = $2 RETURNING in_flight - 1 AS n),
-			r AS (INSERT INTO capacity_slots (workflow) SELECT $1 FROM u RETURNING id)
-			SELECT u.n, r.id FROM u, r`, r.Workflow, limit).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&n, &id)
+		// The counter row is locked first; the releases are folded in only under that lock.
+		b.Queue(`WITH w AS (SELECT in_flight FROM workflow_in_flight WHERE workflow = $1 AND cap_seen = $2 FOR UPDATE),
+				r AS (DELETE FROM capacity_releases WHERE workflow = $1 AND EXISTS (SELECT 1 FROM w) RETURNING 1),
+				f AS (SELECT greatest(w.in_flight - (SELECT count(*) FROM r), 0) AS n FROM w),
+				u AS (UPDATE workflow_in_flight SET in_flight = f.n + CASE WHEN f.n < $2 THEN 1 ELSE 0 END
+					FROM f WHERE workflow_in_flight.workflow = $1 RETURNING f.n, f.n < $2 AS granted),
+				s AS (INSERT INTO capacity_slots (workflow) SELECT $1 FROM u WHERE u.granted RETURNING id)
+			SELECT u.n, u.granted, (SELECT id FROM s) FROM u`, r.Workflow, limit).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&n, &granted, &slot)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}
-			got = err == nil
+			found = err == nil
 			return err
 		})
-		err := s.pool.SendBatch(ctx, b).Close()
-		return n, got && err == nil, err
+		if err = s.pool.SendBatch(ctx, b).Close(); err != nil {
+			return 0, false, false, err
+		}
+		if granted && slot != nil {
+			id = *slot
+		}
+		return n, granted && slot != nil, found, nil
 	}
-	n, ok, err := reserve()
-	if err == nil && !ok {
-		// No slot: at the cap, or the counter is missing or was counted for another cap.
-		var seen int
-		err = s.pool.QueryRow(ctx, `SELECT in_flight, cap_seen FROM workflow_in_flight WHERE workflow = $1`, r.Workflow).Scan(&n, &seen)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && seen != limit) {
-			count := `((SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
-				WHERE o.workflow = $1 AND t.state IN ` + openTaskStates + `) + (SELECT count(*) FROM capacity_slots WHERE workflow = $1))`
-			if _, err = s.pool.Exec(ctx, `INSERT INTO workflow_in_flight (workflow, in_flight, cap_seen) SELECT $1, `+count+`, $2
+	n, ok, found, err := reserve()
+	if err == nil && !found {
+		// The counter is missing or was counted for another cap: count the open tasks and the
+		// reservations not committed yet; the releases the count already reflects go.
+		count := `((SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
+			WHERE o.workflow = $1 AND t.state IN ` + openTaskStates + `) + (SELECT count(*) FROM capacity_slots WHERE workflow = $1))`
+		if _, err = s.pool.Exec(ctx, `WITH x AS (INSERT INTO workflow_in_flight (workflow, in_flight, cap_seen) SELECT $1, `+count+`, $2
 				ON CONFLICT (workflow) DO UPDATE SET in_flight = `+count+`, cap_seen = $2, counted_at = now()
-				WHERE workflow_in_flight.cap_seen <> $2`, r.Workflow, limit); err == nil {
-				n, ok, err = reserve()
-			}
+				WHERE workflow_in_flight.cap_seen <> $2 RETURNING 1)
+			DELETE FROM capacity_releases WHERE workflow = $1 AND EXISTS (SELECT 1 FROM x)`, r.Workflow, limit); err == nil {
+			n, ok, _, err = reserve()
 		}
 	}
 	if err != nil {
@@ -217,6 +227,17 @@ func (s *Store) applyCapacity(ctx context.Context, in Insert) (Insert, *capacity
 		return out, nil, err
 	}
 	return out, slot, nil
+}
+
+// InFlight returns how many open tasks and uncommitted reservations the workflow's cap
+// counts now (its counter less the releases not folded in yet); ok is false without a counter.
+func (s *Store) InFlight(ctx context.Context, workflow string) (n int, ok bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT greatest(in_flight - (SELECT count(*) FROM capacity_releases WHERE workflow = $1), 0)
+		FROM workflow_in_flight WHERE workflow = $1`, workflow).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return n, err == nil, err
 }
 
 // Capacity recount defaults.

@@ -13,9 +13,9 @@ import (
 
 func inFlightOf(t *testing.T, s *Store, workflow string) int {
 	t.Helper()
-	var n int
-	if err := s.pool.QueryRow(context.Background(), `SELECT in_flight FROM workflow_in_flight WHERE workflow = $1`, workflow).Scan(&n); err != nil {
-		t.Fatal(err)
+	n, ok, err := s.InFlight(context.Background(), workflow)
+	if err != nil || !ok {
+		t.Fatalf("in flight of %s: %v (counter kept: %v)", workflow, err, ok)
 	}
 	return n
 }

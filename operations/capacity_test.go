@@ -151,8 +151,8 @@ func TestConcurrencyCapSlotIsFreedWhenATaskEnds(t *testing.T) {
 	if _, err := start(3); err != nil {
 		t.Fatalf("start after a task ended: %v", err)
 	}
-	var inFlight int
-	if err := b.Pool.QueryRow(ctx, `SELECT in_flight FROM workflow_in_flight WHERE workflow = 'capped'`).Scan(&inFlight); err != nil {
+	inFlight, _, err := b.Store.InFlight(ctx, "capped")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if inFlight != 2 {
@@ -160,5 +160,70 @@ func TestConcurrencyCapSlotIsFreedWhenATaskEnds(t *testing.T) {
 	}
 	if _, err := start(4); !errors.Is(err, operations.ErrAtCapacity) {
 		t.Fatalf("start at the cap again: %v", err)
+	}
+}
+
+// A task that ends gives its slot back without locking the cap's counter: while the
+// transaction that ended it is still open, starts of the workflow reserve their slots without
+// waiting for it, and the slot it frees is usable once it commits.
+func TestATaskEndingHoldsUpNoStartOfItsWorkflow(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{Extra: `
+  - {name: capped3, server: rcv, tool: work_required, effect: effectful, task_use: required, fallback: {kind: reject},
+     concurrency: 3, backpressure: "429", retry_after: 1s, owners: [ops], idempotency_argument: idempotency_key}
+`})
+	ctx := context.Background()
+	start := func(i int) (operations.StartResult, error) {
+		return b.Ops.Start(ctx, acme, operations.StartRequest{IdempotencyKey: fmt.Sprint("end-", i), Workflow: "capped3",
+			Tenant: "acme", Actor: "app:billing", Arguments: []byte(`{"outcome": "hang"}`)})
+	}
+	var ids []string
+	for i := range 2 {
+		res, err := start(i)
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		ids = append(ids, res.Response.OperationID)
+	}
+	tx, err := b.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `UPDATE tasks SET state = 'completed', terminal_at = now() WHERE operation_id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	// The third slot is taken while the ending transaction is open; a fourth start is at the
+	// cap, since that end is not committed.
+	done := make(chan error, 1)
+	go func() {
+		_, err := start(2)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("start while a task's end is uncommitted: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a start waited for the transaction that ended another task of its workflow")
+	}
+	if _, err := start(3); !errors.Is(err, operations.ErrAtCapacity) {
+		t.Fatalf("fourth start with the end uncommitted: %v, want at the cap", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := b.Store.InFlight(ctx, "capped3"); err != nil || n != 2 {
+		t.Fatalf("in flight after the end committed: %d (%v), want 2", n, err)
+	}
+	if _, err := start(4); err != nil {
+		t.Fatalf("start after the end committed: %v", err)
+	}
+	if _, err := start(5); !errors.Is(err, operations.ErrAtCapacity) {
+		t.Fatalf("start over the cap: %v", err)
+	}
+	if n, _, err := b.Store.InFlight(ctx, "capped3"); err != nil || n != 3 {
+		t.Fatalf("in flight at the cap: %d (%v), want 3", n, err)
 	}
 }
