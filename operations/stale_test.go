@@ -3,6 +3,7 @@ package operations_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/taskgate/taskgate/internal/opstest"
 	"github.com/taskgate/taskgate/operations"
@@ -59,5 +60,48 @@ func TestObservationAgainstAFinalStateIsStaleOrAViolationByItsBasis(t *testing.T
 				t.Fatalf("violations stored %+v, want %d", d.Violations, want)
 			}
 		})
+	}
+}
+
+// A status answer read before another status was stored, which the server wrote no later than
+// that one (by its lastUpdatedAt), is stale even between open states: an input_required learned
+// from a notification is not moved back to working by a read answered before it. A read begun
+// on the stored state is taken whatever its timestamp.
+func TestStatusAnswerWrittenBeforeTheStoredStatusIsStale(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{})
+	ctx := context.Background()
+	id := b.Start(t, "refund", "older-1", `{"duration_ms": 60000}`).Response.OperationID
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	if _, err := b.Store.Observe(ctx, id, operations.Observation{State: operations.StateInputRequired, StatusMessage: "asking",
+		UpdatedAt: t0.Add(time.Second)}, operations.SourceNotification); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		at    time.Time
+		basis operations.TaskState
+		stale bool
+	}{
+		{"written earlier", t0, operations.StateWorking, true},
+		{"written at the same instant, read on another state", t0.Add(time.Second), operations.StateWorking, true},
+		{"read on the stored state, written earlier by another clock", t0, operations.StateInputRequired, false},
+	} {
+		if c.stale {
+			r, err := b.Store.Observe(ctx, id, operations.Observation{State: operations.StateWorking, StatusMessage: "older",
+				UpdatedAt: c.at, Basis: c.basis}, operations.SourcePoll)
+			if err != nil || !r.Stale || r.Changed {
+				t.Fatalf("%s: %+v %v, want stale", c.name, r, err)
+			}
+			if d := b.Detail(t, id); d.Task.State != operations.StateInputRequired {
+				t.Fatalf("%s: stored %s", c.name, d.Task.State)
+			}
+			continue
+		}
+		r, err := b.Store.Observe(ctx, id, operations.Observation{State: operations.StateWorking, StatusMessage: "moved on",
+			UpdatedAt: c.at, Basis: c.basis}, operations.SourcePoll)
+		if err != nil || r.Stale || !r.Changed || r.Now != operations.StateWorking {
+			t.Fatalf("%s: %+v %v, want the change", c.name, r, err)
+		}
 	}
 }

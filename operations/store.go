@@ -846,9 +846,11 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 			obs.StatusMessage = echoes.redactText(obs.StatusMessage)
 		}
 		res = ObserveResult{From: from, Now: from}
-		// A notification that arrives after a newer poll (its lastUpdatedAt is not later than
-		// the stored one) is a stale hint, not a transition.
-		if source == SourceNotification && from != obs.State && upd != nil && !obs.UpdatedAt.IsZero() && !obs.UpdatedAt.After(*upd) {
+		// A reading the server wrote before the status stored (by its own lastUpdatedAt) is
+		// stale, not a transition: a status answer overtaken by a notification or another
+		// replica's read, or a notification that arrives after a newer answer.
+		if from != obs.State && upd != nil && !obs.UpdatedAt.IsZero() && olderThanStored(obs, *upd, from, source) {
+			res.Stale = true
 			return nil
 		}
 		if !validTransition(from, obs.State) {
@@ -897,6 +899,18 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 		return nil
 	})
 	return res, err
+}
+
+// olderThanStored reports whether obs, which differs from the stored state from, was written
+// by the server no later than the stored status (lastUpdatedAt upd) and read before it was
+// stored: a notification (it carries no send time), or a reading begun on another state than
+// the one stored. A reading begun on the stored state is newer whatever the server's clock
+// says, so a server whose clocks disagree still moves on.
+func olderThanStored(obs Observation, upd time.Time, from TaskState, source string) bool {
+	if source != SourceNotification && (obs.Basis == "" || obs.Basis == from) {
+		return false
+	}
+	return !obs.UpdatedAt.Truncate(time.Microsecond).After(upd) // PostgreSQL keeps microseconds
 }
 
 // staleAgainst reports whether obs, which contradicts the stored final state from, was read

@@ -202,3 +202,41 @@ func plainCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return 0
 }
+
+// A status read answered "working" before the server asked its question, and delivered after the
+// question's input_required was stored from a notification, is stale: the task stays
+// input_required and its question open, not moved on by an answer older than it.
+func TestWorkingAnswerOvertakenByTheQuestionLeavesItOpen(t *testing.T) {
+	t.Parallel()
+	b, proxy := behindProxy(t, "legacy")
+	id := b.Start(t, "refund", "overtaken-q", `{"duration_ms": 300, "outcome": "input"}`).Response.OperationID
+	var held atomic.Bool
+	proxy.Add(faultproxy.Rule{Action: faultproxy.Rewrite, Method: "tasks/get", Times: -1, Rewrite: func(msg map[string]any) bool {
+		task := faultproxy.ResultObject(msg)
+		if task == nil || task["status"] != "working" || held.Load() {
+			return false
+		}
+		// Held until the question's status is stored, as a notification delivers it.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if d, err := b.Store.Get(context.Background(), id); err == nil && d.Task != nil && d.Task.State == operations.StateInputRequired {
+				held.Store(true)
+				break
+			}
+		}
+		task["statusMessage"] = "a progress message written before the question"
+		return true
+	}})
+	reg := prometheus.NewRegistry()
+	_, passes := b.Watcher(t, "w1", func(c *watch.Config) { c.Registerer = reg })
+	opstest.WaitFor(t, passes, 15*time.Second, "the held answer delivered", func() bool {
+		return held.Load() && plainCounter(t, reg, "taskgate_watch_stale_observations_total") >= 1
+	})
+	opstest.WaitFor(t, passes, 15*time.Second, "the question stored", func() bool { return len(b.Detail(t, id).Inputs) > 0 })
+	d := b.Detail(t, id)
+	if d.Task.State != operations.StateInputRequired || len(d.Inputs) == 0 || d.Inputs[0].State != "open" {
+		t.Fatalf("task %s inputs %+v: the older answer moved the question on", d.Task.State, d.Inputs)
+	}
+	if len(d.Violations) != 0 {
+		t.Fatalf("violations %+v", d.Violations)
+	}
+}

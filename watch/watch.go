@@ -504,7 +504,7 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 	}
 	if res.Stale {
 		s.metrics.stale.Inc()
-		return // another connection or replica stored the final status while this read was out
+		return // another connection or replica stored a newer status while this read was out
 	}
 	if snap.Task.Status == mcpclient.StatusInputRequired && !res.Violation {
 		if len(snap.InputRequests) > 0 {
