@@ -141,21 +141,35 @@ const (
 	ReasonServerTextReplaced   = reconcile.ReasonServerTextReplaced
 )
 
-// Timeline sources.
+// Timeline sources: who or what wrote a timeline line. Each is stored as it is (migration 00023).
 const (
-	SourcePoll         = "poll"
+	// SourcePoll is a status read by the watchers (tasks/get, or a job API's job status).
+	SourcePoll = "poll"
+	// SourceNotification is a status notification the server sent.
 	SourceNotification = "notification"
-	SourceOperator     = "operator"
-	SourceCreate       = "create"
-	SourceWatcher      = "watcher"
-
-	// The stored source column admits only the five values above, so the lines that are neither
-	// a person's nor a status read are stored under the nearest true one: the server's answer to
-	// a cancel request as the server's status answer (poll), and the outcome verifier's checks as
-	// Taskgate's own background work (watcher). "operator" is stored only for a person's action.
-	SourceServer   = SourcePoll
-	SourceVerifier = SourceWatcher
+	// SourceCreate is the call to the server and its answer (task creation, a synchronous
+	// call, a job submission).
+	SourceCreate = "create"
+	// SourceWatcher is Taskgate's own background work: a question captured or closed, a result
+	// that could not be fetched, a call never recorded, replaced text.
+	SourceWatcher = "watcher"
+	// SourceVerifier is the outcome verifier's check with the system of record.
+	SourceVerifier = "verifier"
+	// SourceCancelReply is the server's reply to a cancel request (acknowledged, refused, the
+	// status it carried) or, with state cancel_unanswered, its absence.
+	SourceCancelReply = "cancel_reply"
+	// SourceAnswerReply is the server's reply to a person's answer that was not taken (state
+	// input_refused), or the failure to deliver it.
+	SourceAnswerReply = "answer_reply"
+	// SourceOperator is a person's action; the person is named in TimelineEntry.Actor. Never
+	// written for anything the person did not do.
+	SourceOperator = "operator"
 )
+
+// TimelineSources lists every stored timeline source.
+func TimelineSources() []string {
+	return []string{SourcePoll, SourceNotification, SourceCreate, SourceWatcher, SourceVerifier, SourceCancelReply, SourceAnswerReply, SourceOperator}
+}
 
 // Scope is the set of tenants a caller may read and act for. The zero Scope allows nothing.
 type Scope struct {
@@ -297,10 +311,14 @@ type JobRun struct {
 
 // TimelineEntry is one observed status.
 type TimelineEntry struct {
-	At      time.Time `json:"at"`
-	Source  string    `json:"source"`
-	State   string    `json:"state"`
-	Message string    `json:"message,omitempty"`
+	At time.Time `json:"at"`
+	// Source is who or what wrote the line: one of TimelineSources.
+	Source string `json:"source"`
+	// Actor names the person of a line with source operator ("" for every other source, and
+	// for a person's line recorded before names were stored apart and not found in it).
+	Actor   string `json:"actor,omitempty"`
+	State   string `json:"state"`
+	Message string `json:"message,omitempty"`
 }
 
 // Violation is an observed status change the task state machine forbids.

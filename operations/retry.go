@@ -92,7 +92,7 @@ func (s *Service) Retry(ctx context.Context, id, by string) error {
 				return fmt.Errorf("retry %s: reset job: %w", id, err)
 			}
 		}
-		return addTimeline(ctx, tx, id, SourceOperator, "retry", "retry requested by "+by+" after not_applied; same idempotency key")
+		return addPersonTimeline(ctx, tx, id, by, "retry", "retry requested by "+by+" after not_applied; same idempotency key")
 	})
 	if err != nil {
 		return err

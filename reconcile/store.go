@@ -420,7 +420,7 @@ func resolveTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, r Res
 		truncate(actor.Name+": "+r.Reason+" — "+note, 1000)); err != nil {
 		return it, fmt.Errorf("record resolution of item %s: %w", it.ID, err)
 	}
-	if err := timeline(ctx, tx, it.OperationID, sourcePerson, "reconciled", fmt.Sprintf("resolved %s by %s (%s)", r.Outcome, actor.Name, r.Reason)); err != nil {
+	if err := personTimeline(ctx, tx, it.OperationID, actor.Name, "reconciled", fmt.Sprintf("resolved %s by %s (%s)", r.Outcome, actor.Name, r.Reason)); err != nil {
 		return it, err
 	}
 	after := map[string]any{"state": it.State, "resolution": r.Outcome, "domain_outcome": it.DomainOutcome, "evidence": evidence}
@@ -465,17 +465,24 @@ func setOutcome(ctx context.Context, q Querier, opID, outcome, source, receipt s
 	return nil
 }
 
-// Timeline sources written here. The stored source column admits poll, notification, operator,
-// create and watcher only: a person's resolution is stored as operator, the verifier's checks as
-// watcher (Taskgate's own background work), never as a person's.
-const (
-	sourcePerson   = "operator"
-	sourceVerifier = "watcher"
-)
+// Timeline sources written here (the operations package's SourceVerifier and SourceOperator):
+// the verifier's checks as the verifier's, a person's resolution as a person's, with the
+// person's name in its own column.
+const sourceVerifier = "verifier"
 
+// timeline appends a line written by the verifier.
 func timeline(ctx context.Context, q Querier, opID, source, state, msg string) error {
 	if _, err := q.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1,$2,$3,$4)`,
 		opID, source, state, truncate(msg, 500)); err != nil {
+		return fmt.Errorf("timeline of %s: %w", opID, err)
+	}
+	return nil
+}
+
+// personTimeline appends a line for an action of the person actor.
+func personTimeline(ctx context.Context, q Querier, opID, actor, state, msg string) error {
+	if _, err := q.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, actor, state, message) VALUES ($1,'operator',$2,$3,$4)`,
+		opID, truncate(actor, 200), state, truncate(msg, 500)); err != nil {
 		return fmt.Errorf("timeline of %s: %w", opID, err)
 	}
 	return nil

@@ -272,8 +272,7 @@ func (v OperationView) quietPolls() int {
 	}
 	n := v.D.Task.Polls
 	for _, l := range v.Timeline {
-		// The server's answers to a cancel are stored with the poll source but are no poll.
-		if l.Source == operations.SourcePoll && !strings.HasPrefix(l.State, "cancel_") {
+		if l.Source == operations.SourcePoll {
 			n -= l.Count
 		}
 	}
@@ -373,20 +372,10 @@ func cancelWords(d operations.Detail, wf *config.Workflow, progress string, now 
 	return doing, mayHave
 }
 
-// timelineWho names who or what wrote a timeline entry. Entries recorded with the operator source
-// are not all a person's: the verifier's checks and the server's answers to a cancel are named
-// as such, and a person's own entries by the name the entry records.
+// timelineWho names who or what wrote a timeline entry, from its stored source: a person by the
+// name stored with the line, the verifier, the server's reply to a cancel or to an answer, a
+// poll, a notification, the call to the server or the watcher.
 func timelineWho(e operations.TimelineEntry) string {
-	switch e.State {
-	case "verified", "unverified", "no_effect_to_verify", "manual_verification":
-		return "verifier"
-	case "cancel_acknowledged", "cancel_refused":
-		return "server's answer to the cancel"
-	case "cancel_unanswered":
-		return "cancel request (no answer from the server)"
-	case "input_refused":
-		return "answer not taken"
-	}
 	switch e.Source {
 	case operations.SourcePoll:
 		return "poll"
@@ -396,30 +385,22 @@ func timelineWho(e operations.TimelineEntry) string {
 		return "the call to the server"
 	case operations.SourceWatcher:
 		return "watcher"
+	case operations.SourceVerifier:
+		return "verifier"
+	case operations.SourceCancelReply:
+		if e.State == "cancel_unanswered" {
+			return "cancel request (no answer from the server)"
+		}
+		return "server's answer to the cancel"
+	case operations.SourceAnswerReply:
+		return "server's answer to the answer"
 	case operations.SourceOperator:
-		if name := personIn(e.Message); name != "" {
-			return name
+		if e.Actor != "" {
+			return boundText(e.Actor, 80)
 		}
 		return "a person"
 	}
-	return e.Source
-}
-
-// personIn finds the name in the messages a person's actions record: "… by NAME: reason",
-// "… by NAME (reason)", "… by NAME after …", "… by NAME; …" or "… by NAME" at the end.
-func personIn(msg string) string {
-	i := strings.Index(msg, " by ")
-	if i < 0 {
-		return ""
-	}
-	rest := msg[i+len(" by "):]
-	if j := strings.IndexAny(rest, " :;(,"); j >= 0 {
-		rest = rest[:j]
-	}
-	if rest == "" || len(rest) > 200 {
-		return ""
-	}
-	return rest
+	return boundText(e.Source, 40)
 }
 
 // failureReason is why a failed, refused or tool-error result says it failed, in the server's

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/taskgate/taskgate/internal/opstest"
+	"github.com/taskgate/taskgate/operations"
 	"github.com/taskgate/taskgate/reconcile"
 )
 
@@ -23,8 +24,9 @@ func TestTimelineNamesItsSource(t *testing.T) {
 	if res, _ := e.do(t, "operator", http.MethodPost, "/operations/"+id+"/cancel", url.Values{"reason": {"customer withdrew by phone"}}); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("cancel: %d", res.StatusCode)
 	}
-	// The verifier's check, written the way the verifier writes it.
-	if _, err := e.pool.Exec(context.Background(), `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1, 'operator', 'verified', 'verifier (http): not_applied')`, id); err != nil {
+	// The verifier's check, written the way the verifier writes it (reconcile's
+	// TestNoVerifierAsksAPerson and TestJobAPIVerifier check the verifier writes it so).
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1, 'verifier', 'verified', 'verifier (http): not_applied')`, id); err != nil {
 		t.Fatal(err)
 	}
 	_, body := e.do(t, "viewer", http.MethodGet, "/operations/"+id, nil)
@@ -41,7 +43,26 @@ func TestTimelineNamesItsSource(t *testing.T) {
 			who["verified"] = state
 		}
 	}
-	for state, want := range map[string]string{"cancel_requested": "operator@test", "cancel_acknowledged": "server's answer to the cancel", "verified": "verifier"} {
+	// The status the server's reply to the cancel carried is the reply's, not a poll's: no
+	// watcher runs, so no line is a poll.
+	d := e.b.Detail(t, id)
+	carried := false
+	for i, te := range d.Timeline {
+		carried = carried || i > 0 && d.Timeline[i-1].State == "cancel_acknowledged" && te.State == string(operations.StateCancelled)
+	}
+	if !carried {
+		t.Fatalf("the receiver's cancel reply carried no cancelled status: %+v", d.Timeline)
+	}
+	for _, line := range testidAll(body, "timeline-line", "tr") {
+		if strings.Contains(line, `data-state="cancelled"`) {
+			who["cancelled"] = firstText(testidText(line, "timeline-who", "td"))
+		}
+		if strings.Contains(line, `data-source="poll"`) {
+			t.Errorf("a line credited to a poll when no poll ran:\n%s", line)
+		}
+	}
+	for state, want := range map[string]string{"cancel_requested": "operator@test", "cancel_acknowledged": "server's answer to the cancel",
+		"cancelled": "server's answer to the cancel", "verified": "verifier"} {
 		got := strings.TrimSpace(who[state])
 		if !strings.HasPrefix(got, want) {
 			t.Errorf("the %s line names %q, want %q", state, got, want)
