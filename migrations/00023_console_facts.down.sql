@@ -1,3 +1,7 @@
+ALTER TABLE operations DROP CONSTRAINT operations_failure_reason_check;
+ALTER TABLE operations DROP COLUMN failure_reason_by;
+ALTER TABLE operations DROP COLUMN failure_reason;
+
 -- Back to the five sources 00004 admits, each line under the nearest one it was stored as
 -- before: the verifier's checks as watcher, the server's replies to a cancel as poll (its
 -- absence as watcher), a refused answer as operator. The person's name stays in the message.

@@ -30,3 +30,24 @@ ALTER TABLE task_timeline ADD CONSTRAINT task_timeline_source_check CHECK (sourc
     ('poll', 'notification', 'create', 'watcher', 'verifier', 'cancel_reply', 'answer_reply', 'operator'));
 -- Only a person's line names a person.
 ALTER TABLE task_timeline ADD CONSTRAINT task_timeline_actor_check CHECK (actor IS NULL OR source = 'operator');
+
+-- Why the work failed, in the words of whoever said so, kept on the operation so that every
+-- list can show it without reading another table per row, and so that it outlives the
+-- envelope's retention: the first line of the tool's error text or the JSON-RPC error
+-- message, else the final status message (by 'tool' or 'server'), or a failed job's error
+-- (by 'job_api'). NULL when the work did not fail.
+ALTER TABLE operations ADD COLUMN failure_reason text;
+ALTER TABLE operations ADD COLUMN failure_reason_by text CHECK (failure_reason_by IN ('tool', 'server', 'job_api'));
+ALTER TABLE operations ADD CONSTRAINT operations_failure_reason_check CHECK ((failure_reason IS NULL) = (failure_reason_by IS NULL));
+
+UPDATE operations o SET failure_reason = left(r.line, 200) || CASE WHEN char_length(r.line) > 200 THEN '…' ELSE '' END,
+        failure_reason_by = CASE WHEN r.tool_error THEN 'tool' ELSE 'server' END
+    FROM (SELECT e.operation_id, e.tool_error,
+                 btrim(split_part(btrim(CASE WHEN btrim(e.preview, E' \t\r\n') <> '' THEN e.preview ELSE e.status_message END, E' \t\r\n'),
+                                  E'\n', 1), E' \t\r\n') AS line
+          FROM task_envelopes e
+          WHERE e.tool_error OR e.error_code IS NOT NULL OR e.status = 'failed') r
+    WHERE r.operation_id = o.id AND r.line <> '';
+UPDATE operations o SET failure_reason = left(btrim(j.error, E' \t\r\n'), 200) || CASE WHEN char_length(btrim(j.error, E' \t\r\n')) > 200 THEN '…' ELSE '' END,
+        failure_reason_by = 'job_api'
+    FROM job_runs j WHERE j.operation_id = o.id AND j.status = 'failed' AND btrim(j.error, E' \t\r\n') <> '' AND o.failure_reason IS NULL;

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/taskgate/taskgate/reconcile"
@@ -236,6 +237,52 @@ type Operation struct {
 	// NeedsPerson is true when the operation has an open question, reconciliation item or
 	// handoff (NeedsPersonSQL).
 	NeedsPerson bool `json:"needs_person"`
+
+	// FailureReason is why the work failed, in the words of whoever said so (the first line
+	// of the tool's error text or of the server's error message, else its final status
+	// message; or a failed job's error), at most 200 characters; "" when it did not fail.
+	// FailureReasonBy says whose words they are: FailedByTool, FailedByServer or
+	// FailedByJobAPI.
+	FailureReason   string `json:"failure_reason,omitempty"`
+	FailureReasonBy string `json:"failure_reason_by,omitempty"`
+}
+
+// Whose words an operation's FailureReason is.
+const (
+	FailedByTool   = "tool"
+	FailedByServer = "server"
+	FailedByJobAPI = "job_api"
+)
+
+// maxFailureReason bounds a stored failure reason, in characters (an ellipsis marks a cut).
+const maxFailureReason = 200
+
+// FailureReason is why a result says the work failed, and whose words they are: for a tool
+// error, a JSON-RPC error or a failed status, the first non-blank line of the result's text
+// (the preview), else of the final status message, bounded to 200 characters. ("", "") when
+// the result is not a failure or says nothing.
+func (e Envelope) FailureReason() (reason, by string) {
+	if !e.ToolError && e.ErrorCode == nil && e.Status != string(StateFailed) {
+		return "", ""
+	}
+	by = FailedByServer
+	if e.ToolError {
+		by = FailedByTool
+	}
+	for _, text := range []string{e.Preview, e.StatusMessage} {
+		line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
+		if line = strings.TrimSpace(line); line != "" {
+			return boundReason(line), by
+		}
+	}
+	return "", ""
+}
+
+func boundReason(s string) string {
+	if r := []rune(s); len(r) > maxFailureReason {
+		return string(r[:maxFailureReason]) + "…"
+	}
+	return s
 }
 
 // Mismatch reports a disagreement between task state and domain outcome worth an alert: the

@@ -58,7 +58,7 @@ func (s *Service) Retry(ctx context.Context, id, by string) error {
 	}
 	err = pgx.BeginFunc(ctx, s.cfg.Store.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE operations SET domain_outcome = 'pending', attention = NULL, attention_reason = NULL,
-			call_sent_at = NULL, call_due_at = NULL, call_recorded_at = NULL,
+			failure_reason = NULL, failure_reason_by = NULL, call_sent_at = NULL, call_due_at = NULL, call_recorded_at = NULL,
 			updated_at = now() WHERE id = $1 AND domain_outcome = 'not_applied'`, id)
 		if err != nil {
 			return fmt.Errorf("retry %s: %w", id, err)

@@ -714,6 +714,13 @@ func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next ti
 	if err := callRecorded(ctx, s.pool, opID); err != nil {
 		return err
 	}
+	if j.Status == "failed" && old != j.Status {
+		if reason := boundReason(strings.TrimSpace(sanitize(j.Error, 300))); reason != "" {
+			if _, err := s.pool.Exec(ctx, `UPDATE operations SET failure_reason = $2, failure_reason_by = $3 WHERE id = $1`, opID, reason, FailedByJobAPI); err != nil {
+				return fmt.Errorf("store failure reason of %s: %w", opID, err)
+			}
+		}
+	}
 	if old != j.Status {
 		return s.AddTimeline(ctx, opID, SourcePoll, "job_"+j.Status, "job "+j.Status)
 	}

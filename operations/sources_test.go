@@ -50,8 +50,9 @@ func insertOperation(t *testing.T, pool *pgxpool.Pool, key string) string {
 }
 
 // Migration 00023 names the sources of lines written before it where they can be told apart
-// (the verifier's checks, the server's replies to a cancel, a refused answer) and puts each
-// person's name in its own column; the down migration puts every line back under a source 00004
+// (the verifier's checks, the server's replies to a cancel, a refused answer), puts each
+// person's name in its own column, and keeps on each operation why its work failed, from the
+// envelope or the failed job; the down migration puts every line back under a source 00004
 // admits.
 func TestMigrationNamesTheSourcesOfOldLines(t *testing.T) {
 	t.Parallel()
@@ -69,11 +70,19 @@ func TestMigrationNamesTheSourcesOfOldLines(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version WHERE is_applied`).Scan(&version); err != nil || version != 22 {
 		t.Fatalf("after one step down the schema is at %d (%v), want 22", version, err)
 	}
-	tool := insertOperation(t, pool, "m-1")
+	tool, server, quiet, job, fine := insertOperation(t, pool, "m-1"), insertOperation(t, pool, "m-2"), insertOperation(t, pool, "m-3"),
+		insertOperation(t, pool, "m-4"), insertOperation(t, pool, "m-5")
+	long := strings.Repeat("é", 250)
 	for _, q := range []struct {
 		sql  string
 		args []any
 	}{
+		{`INSERT INTO task_envelopes (operation_id, status, era, tool_error, preview, status_message) VALUES
+			($1, 'completed', 'e', true, E'\n  declined by the system of record  \nsecond line', 'done'),
+			($2, 'failed', 'e', false, '', E'  \n' || $5 || E'\nmore'),
+			($3, 'failed', 'e', false, E' \n ', E'\t'),
+			($4, 'completed', 'e', false, 'all good', '')`, []any{tool, server, quiet, fine, long}},
+		{`INSERT INTO job_runs (operation_id, base_url, status, error) VALUES ($1, 'http://jobs', 'failed', '  card expired ')`, []any{job}},
 		{`INSERT INTO task_timeline (operation_id, source, state, message) VALUES
 			($1, 'create', 'creating', 'task creation sent'),
 			($1, 'poll', 'working', ''),
@@ -120,6 +129,33 @@ func TestMigrationNamesTheSourcesOfOldLines(t *testing.T) {
 	if got := lines(); got != want {
 		t.Errorf("after 00023:\n got %s\nwant %s", got, want)
 	}
+	reasons := map[string]string{}
+	rows, err := pool.Query(ctx, `SELECT idempotency_key, coalesce(failure_reason_by || ': ' || failure_reason, '-') FROM operations`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k, r string
+		if err := rows.Scan(&k, &r); err != nil {
+			t.Fatal(err)
+		}
+		reasons[k] = r
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	// The same words the code keeps for an envelope recorded now.
+	longReason, _ := operations.Envelope{Status: "failed", StatusMessage: "  \n" + long + "\nmore"}.FailureReason()
+	for k, w := range map[string]string{"m-1": "tool: declined by the system of record", "m-2": "server: " + longReason,
+		"m-3": "-", "m-4": "job_api: card expired", "m-5": "-"} {
+		if reasons[k] != w {
+			t.Errorf("%s: failure reason %q, want %q", k, reasons[k], w)
+		}
+	}
+	if !strings.HasSuffix(longReason, "…") || len([]rune(longReason)) != 201 {
+		t.Errorf("a long reason is not cut at 200 characters: %d", len([]rune(longReason)))
+	}
+
 	if _, err := runner.Down(ctx, 1); err != nil {
 		t.Fatal(err)
 	}

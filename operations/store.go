@@ -254,7 +254,7 @@ const opColumns = `o.id, o.tenant, o.workflow, o.idempotency_key, o.request_sha2
 	coalesce(t.result_state, ''), t.cancel_requested_at, coalesce(t.cancel_requested_by, ''), t.cancel_acknowledged_at, t.terminal_at,
 	coalesce(t.session_id, ''), t.capabilities, coalesce(t.server_name, ''), coalesce(t.server_version, ''),
 	j.operation_id IS NOT NULL, coalesce(j.job_id, ''), coalesce(j.status, ''), coalesce(j.receipt_id, ''), coalesce(j.error, ''),
-	coalesce(j.polls, 0), coalesce(j.base_url, ''), ` + NeedsPersonSQL
+	coalesce(j.polls, 0), coalesce(j.base_url, ''), coalesce(o.failure_reason, ''), coalesce(o.failure_reason_by, ''), ` + NeedsPersonSQL
 
 const opFrom = ` FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id LEFT JOIN job_runs j ON j.operation_id = o.id`
 
@@ -271,7 +271,7 @@ func scanOperation(row pgx.Row) (Operation, error) {
 		&reqTTL, &ttl, &poll, &t.Deadline, &t.NextPollAt, &t.Polls, &t.FailureKind,
 		&t.ResultState, &t.CancelRequested, &t.CancelBy, &t.CancelAcked, &t.TerminalAt,
 		&t.sessionID, &t.capabilities, &t.serverName, &t.serverVersion,
-		&hasJob, &j.JobID, &j.Status, &j.ReceiptID, &j.Error, &j.Polls, &j.baseURL, &o.NeedsPerson); err != nil {
+		&hasJob, &j.JobID, &j.Status, &j.ReceiptID, &j.Error, &j.Polls, &j.baseURL, &o.FailureReason, &o.FailureReasonBy, &o.NeedsPerson); err != nil {
 		return o, err
 	}
 	dur := func(p *int64) *time.Duration {
@@ -977,6 +977,12 @@ func (s *Store) RecordEnvelope(ctx context.Context, opID string, e Envelope, sou
 		if tag.RowsAffected() == 1 && e.TextReplaced {
 			if err := textReplaced(ctx, tx, opID, "the server's result"); err != nil {
 				return err
+			}
+		}
+		// Why it failed, in the words kept above (answers cut out), on the operation itself.
+		if reason, by := e.FailureReason(); tag.RowsAffected() == 1 && reason != "" {
+			if _, err := tx.Exec(ctx, `UPDATE operations SET failure_reason = $2, failure_reason_by = $3 WHERE id = $1`, opID, reason, by); err != nil {
+				return fmt.Errorf("store failure reason of %s: %w", opID, err)
 			}
 		}
 		var from TaskState

@@ -102,7 +102,7 @@ const itemColumns = `r.id, r.public_id::text, r.operation_id, r.tenant, r.workfl
 	(SELECT b.public_id::text FROM reconciliation_batches b WHERE b.id = r.batch_id),
 	r.retried_at, coalesce(r.retried_by, ''),
 	o.object_ref, o.intended_effect, o.route, o.idempotency_key, o.domain_outcome, coalesce(t.state, ''),
-	coalesce(t.tool_error, false)`
+	coalesce(t.tool_error, false), coalesce(o.failure_reason, ''), coalesce(o.failure_reason_by, '')`
 
 const itemFrom = ` FROM reconciliation_items r JOIN operations o ON o.id = r.operation_id LEFT JOIN tasks t ON t.operation_id = r.operation_id`
 
@@ -112,7 +112,7 @@ func scanItem(row pgx.Row) (Item, error) {
 	err := row.Scan(&i.seq, &i.ID, &i.OperationID, &i.Tenant, &i.Workflow, &i.Reason, &i.Detail, &i.State, &i.Attempts, &i.NextVerifyAt,
 		&i.OpenedAt, &i.ClosedAt, &i.ClaimedBy, &i.ClaimedAt, &i.ClaimExpiresAt, &res, &i.ResolutionReason, &i.Note,
 		&i.EvidenceURL, &i.ClosedBy, &i.BatchID, &i.RetriedAt, &i.RetriedBy,
-		&i.ObjectRef, &i.IntendedEffect, &i.Route, &i.IdempotencyKey, &i.DomainOutcome, &i.TaskState, &i.ToolError)
+		&i.ObjectRef, &i.IntendedEffect, &i.Route, &i.IdempotencyKey, &i.DomainOutcome, &i.TaskState, &i.ToolError, &i.FailureReason, &i.FailureReasonBy)
 	i.Resolution = Outcome(res)
 	// An expired claim is no claim: nobody holds it.
 	if i.ClaimExpiresAt != nil && !i.ClaimExpiresAt.After(time.Now()) {

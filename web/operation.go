@@ -118,7 +118,7 @@ func (s *Server) operationView(r *http.Request, d operations.Detail, flash, tone
 		}
 	}
 	v.Timeline, v.LastProgress, v.LastProgressAt = timelineLines(d)
-	v.Reason, v.ReasonLabel = failureReason(d)
+	v.Reason, v.ReasonLabel = failureReason(d.Operation)
 	switch {
 	case d.Reconciliation != nil && d.Reconciliation.ClosedAt == nil:
 		v.Advice = adviceFor(d.Reconciliation.Reason, operations.AttentionReconcile)
@@ -403,27 +403,19 @@ func timelineWho(e operations.TimelineEntry) string {
 	return boundText(e.Source, 40)
 }
 
-// failureReason is why a failed, refused or tool-error result says it failed, in the server's
-// words: the first line of the tool's error text or of the JSON-RPC error message, else the final
-// status message. "" when the work did not fail.
-func failureReason(d operations.Detail) (string, string) {
-	e := d.Envelope
-	if e == nil {
-		return "", ""
-	}
-	failed := e.ToolError || e.ErrorCode != nil || e.Status == string(operations.StateFailed)
-	if !failed {
+// failureReason is why the work failed, in the words of whoever said so, with a label saying
+// whose they are: the reason stored on the operation (operations.Operation.FailureReason), the
+// same one every list shows. "" when the work did not fail.
+func failureReason(op operations.Operation) (string, string) {
+	if op.FailureReason == "" {
 		return "", ""
 	}
 	label := "Reason given by the server"
-	if e.ToolError {
+	switch op.FailureReasonBy {
+	case operations.FailedByTool:
 		label = "Reason given by the tool"
+	case operations.FailedByJobAPI:
+		label = "Reason given by the job API"
 	}
-	for _, text := range []string{e.Preview, e.StatusMessage} {
-		line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
-		if line = strings.TrimSpace(line); line != "" {
-			return boundText(line, 200), label
-		}
-	}
-	return "", ""
+	return boundText(op.FailureReason, 201), label
 }

@@ -224,7 +224,7 @@ func (s *Server) handleExportOperations(w http.ResponseWriter, r *http.Request) 
 	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"id", "tenant", "workflow", "object_ref", "intended_effect", "actor", "route", "reason_code", "reason",
-		"server", "tool", "task_id", "era", "task_state", "tool_error", "domain_outcome", "mismatch", "attention", "created_at", "deadline"})
+		"server", "tool", "task_id", "era", "task_state", "tool_error", "domain_outcome", "mismatch", "attention", "created_at", "deadline", "failure_reason", "failure_reason_by"})
 	for _, op := range all {
 		server, tool := toolOf(op, s.deps.Policy)
 		var taskID, era, state, toolErr, deadline string
@@ -236,7 +236,7 @@ func (s *Server) handleExportOperations(w http.ResponseWriter, r *http.Request) 
 		}
 		rec := []string{op.ID, op.Tenant, op.Workflow, op.ObjectRef, op.IntendedEffect, op.Actor, string(op.Route), op.ReasonCode, op.Reason,
 			server, tool, taskID, era, state, toolErr, string(op.DomainOutcome), strconv.FormatBool(op.Mismatch()), op.Attention,
-			op.CreatedAt.UTC().Format(time.RFC3339Nano), deadline}
+			op.CreatedAt.UTC().Format(time.RFC3339Nano), deadline, op.FailureReason, op.FailureReasonBy}
 		for i, c := range rec {
 			rec[i] = csvSafe(c)
 		}

@@ -246,6 +246,17 @@ func toolOf(op operations.Operation, pol *config.Config) (server, tool string) {
 }
 
 // bounded caps text from an MCP server for display (templ escapes it).
+// failureWho says whose words a failure reason is, as a list row labels it.
+func failureWho(by string) string {
+	switch by {
+	case operations.FailedByTool:
+		return "the tool said"
+	case operations.FailedByJobAPI:
+		return "the job API said"
+	}
+	return "the server said"
+}
+
 func boundText(s string, n int) string {
 	r := []rune(s)
 	if len(r) <= n {

@@ -2,12 +2,16 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"html"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/taskgate/taskgate/internal/opstest"
 	"github.com/taskgate/taskgate/operations"
@@ -93,6 +97,92 @@ func TestFailureReasonInWords(t *testing.T) {
 	opstest.WaitFor(t, passes, 20*time.Second, "the result's envelope", func() bool { return e.b.Detail(t, ok).Envelope != nil })
 	if _, body := e.do(t, "viewer", http.MethodGet, "/operations/"+ok, nil); has(body, "outcome-reason") {
 		t.Error("a successful result shows a failure reason")
+	}
+}
+
+// TestFailureReasonOnEveryList: the reason a tool or a job API gave for a failure is shown, in
+// the same words, on the operations list, in the reconciliation queue and on the item page, in
+// the inbox (a question the failed task left unanswered), in the API's list and in the export;
+// a successful operation shows none.
+func TestFailureReasonOnEveryList(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	ctx := context.Background()
+	tool := e.start(t, "acme", "refund", "rl-1", `{"duration_ms": 10, "outcome": "tool_error", "text": "declined by the system of record\nsecond line"}`)
+	job := e.start(t, "acme", "payout", "rl-2", `{"outcome": "failed"}`)
+	ok := e.start(t, "acme", "refund", "rl-3", `{"duration_ms": 10}`)
+	_, passes := e.b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 20*time.Second, "the tool error, the failed job and the result", func() bool {
+		return e.b.Detail(t, tool).FailureReason != "" && e.b.Detail(t, job).FailureReason != "" && e.b.Detail(t, ok).Envelope != nil
+	})
+	want := map[string]string{tool: "the tool said: declined by the system of record", job: "the job API said: job failed as requested"}
+	rowReason := func(body, id string) string {
+		for _, row := range testidAll(body, "op-row", "tr") {
+			if strings.Contains(row, `data-id="`+id+`"`) {
+				return strings.Join(strings.Fields(html.UnescapeString(stripTags(testidText(row, "row-reason", "div")))), " ")
+			}
+		}
+		t.Fatalf("no row for %s", id)
+		return ""
+	}
+	_, list := e.do(t, "viewer", http.MethodGet, "/operations", nil)
+	for id, w := range want {
+		if got := rowReason(list, id); got != w {
+			t.Errorf("operations list row of %s says %q, want %q", id, got, w)
+		}
+	}
+	if got := rowReason(list, ok); got != "" {
+		t.Errorf("a successful operation's row gives a failure reason %q", got)
+	}
+	// The operation page says the same words.
+	_, page := e.do(t, "viewer", http.MethodGet, "/operations/"+job, nil)
+	if r := html.UnescapeString(stripTags(testidText(page, "outcome-reason", "p"))); !strings.Contains(r, "Reason given by the job API") || !strings.Contains(r, "job failed as requested") {
+		t.Errorf("the operation page's reason %q", r)
+	}
+	// The API's list carries it.
+	_, api := e.apiDo(t, "acme-token", http.MethodGet, "/api/v1/operations?workflow=refund", "", nil)
+	var pg operations.Page
+	if err := json.Unmarshal([]byte(api), &pg); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range pg.Operations {
+		if w := map[string]string{tool: "declined by the system of record", ok: ""}[op.ID]; op.FailureReason != w {
+			t.Errorf("API: %s failure_reason %q, want %q", op.ID, op.FailureReason, w)
+		}
+	}
+	if _, csv := e.do(t, "viewer", http.MethodGet, "/operations/export?format=csv&workflow=refund", nil); !strings.Contains(csv, "declined by the system of record,tool") {
+		t.Errorf("the CSV export lacks the reason:\n%s", csv)
+	}
+
+	// The tool error's outcome went to reconciliation; the queue's row and the item page say why
+	// the work failed.
+	var item string
+	if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := reconcile.OpenTx(ctx, tx, tool, reconcile.ReasonResultUnavailable, "test"); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT public_id::text FROM reconciliation_items WHERE operation_id = $1`, tool).Scan(&item)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, queue := e.do(t, "support", http.MethodGet, "/reconcile", nil)
+	row := testidText(queue, "item-"+item, "tr")
+	if got := strings.Join(strings.Fields(html.UnescapeString(stripTags(testidText(row, "row-reason", "div")))), " "); got != want[tool] {
+		t.Errorf("queue row says %q, want %q", got, want[tool])
+	}
+	_, itemPage := e.do(t, "support", http.MethodGet, "/reconcile/"+item, nil)
+	if r := html.UnescapeString(stripTags(testidText(itemPage, "item-failure-reason", "p"))); !strings.Contains(r, "declined by the system of record") {
+		t.Errorf("item page reason %q", r)
+	}
+
+	// A question the failed task left unanswered: the inbox says why the task ended.
+	if _, err := e.pool.Exec(ctx, `INSERT INTO pending_inputs (operation_id, input_key, method, message, state) VALUES ($1, 'q1', 'elicitation/create', 'Approve?', 'moved_on')`, tool); err != nil {
+		t.Fatal(err)
+	}
+	_, inbox := e.do(t, "operator", http.MethodGet, "/inbox", nil)
+	moved := testidText(inbox, "inbox-moved-on", "section")
+	if got := strings.Join(strings.Fields(html.UnescapeString(stripTags(testidText(moved, "row-reason", "div")))), " "); got != want[tool] {
+		t.Errorf("inbox says %q, want %q:\n%s", got, want[tool], moved)
 	}
 }
 
@@ -219,4 +309,13 @@ func TestQueueFiltersAndAuditSentences(t *testing.T) {
 	if !strings.Contains(body, `id="f-operation" name="operation" value="`+id+`"`) {
 		t.Error("the operation filter field does not show the operation filtered on")
 	}
+}
+
+// stripTags is the text of a segment testidText returned: the rest of the opening tag and every
+// tag dropped, entities left as they are.
+func stripTags(seg string) string {
+	if i := strings.Index(seg, ">"); i >= 0 {
+		seg = seg[i+1:]
+	}
+	return regexp.MustCompile(`<[^>]*>`).ReplaceAllString(seg, "")
 }
