@@ -1,3 +1,5 @@
+DROP TABLE server_poll_hours;
+
 ALTER TABLE operations DROP CONSTRAINT operations_failure_reason_check;
 ALTER TABLE operations DROP COLUMN failure_reason_by;
 ALTER TABLE operations DROP COLUMN failure_reason;

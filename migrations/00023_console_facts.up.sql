@@ -51,3 +51,17 @@ UPDATE operations o SET failure_reason = left(r.line, 200) || CASE WHEN char_len
 UPDATE operations o SET failure_reason = left(btrim(j.error, E' \t\r\n'), 200) || CASE WHEN char_length(btrim(j.error, E' \t\r\n')) > 200 THEN '…' ELSE '' END,
         failure_reason_by = 'job_api'
     FROM job_runs j WHERE j.operation_id = o.id AND j.status = 'failed' AND btrim(j.error, E' \t\r\n') <> '' AND o.failure_reason IS NULL;
+
+-- Status reads per server, tenant and hour, as the watchers made them: counted in memory and
+-- added here every few seconds by each replica (replicas share rows; an upsert adds). The
+-- Servers page's poll-load chart reads it. Kept a week (the janitor removes older hours).
+CREATE TABLE server_poll_hours (
+    server  text        NOT NULL,
+    tenant  text        NOT NULL,
+    -- the start of the hour (UTC)
+    hour    timestamptz NOT NULL,
+    ok      bigint      NOT NULL DEFAULT 0 CHECK (ok >= 0),
+    errors  bigint      NOT NULL DEFAULT 0 CHECK (errors >= 0),
+    PRIMARY KEY (server, tenant, hour)
+);
+CREATE INDEX server_poll_hours_hour_idx ON server_poll_hours (hour);
