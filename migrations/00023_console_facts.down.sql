@@ -1,5 +1,7 @@
 DROP TABLE server_poll_hours;
 
+-- Handoffs closed by the up migration stay closed: their work was settled.
+
 ALTER TABLE operations DROP CONSTRAINT operations_failure_reason_check;
 ALTER TABLE operations DROP COLUMN failure_reason_by;
 ALTER TABLE operations DROP COLUMN failure_reason;

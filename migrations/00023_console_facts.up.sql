@@ -52,6 +52,14 @@ UPDATE operations o SET failure_reason = left(btrim(j.error, E' \t\r\n'), 200) |
         failure_reason_by = 'job_api'
     FROM job_runs j WHERE j.operation_id = o.id AND j.status = 'failed' AND btrim(j.error, E' \t\r\n') <> '' AND o.failure_reason IS NULL;
 
+-- A handoff is settled when the outcome of its operation is: handoffs whose operation has no
+-- open reconciliation item and an outcome a person or a verifier settled are closed (nothing
+-- closed them before, so each stayed "needs a person" for ever).
+UPDATE handoff_items h SET closed_at = coalesce((SELECT max(r.closed_at) FROM reconciliation_items r WHERE r.operation_id = h.operation_id), now())
+    WHERE h.closed_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM reconciliation_items r WHERE r.operation_id = h.operation_id AND r.closed_at IS NULL)
+      AND EXISTS (SELECT 1 FROM operations o WHERE o.id = h.operation_id AND o.domain_outcome IN ('applied', 'not_applied', 'compensated'));
+
 -- Status reads per server, tenant and hour, as the watchers made them: counted in memory and
 -- added here every few seconds by each replica (replicas share rows; an upsert adds). The
 -- Servers page's poll-load chart reads it. Kept a week (the janitor removes older hours).

@@ -51,9 +51,9 @@ func insertOperation(t *testing.T, pool *pgxpool.Pool, key string) string {
 
 // Migration 00023 names the sources of lines written before it where they can be told apart
 // (the verifier's checks, the server's replies to a cancel, a refused answer), puts each
-// person's name in its own column, and keeps on each operation why its work failed, from the
-// envelope or the failed job; the down migration puts every line back under a source 00004
-// admits.
+// person's name in its own column, keeps on each operation why its work failed, from the
+// envelope or the failed job, and closes the handoffs whose work was settled; the down migration
+// puts every line back under a source 00004 admits.
 func TestMigrationNamesTheSourcesOfOldLines(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
@@ -72,6 +72,7 @@ func TestMigrationNamesTheSourcesOfOldLines(t *testing.T) {
 	}
 	tool, server, quiet, job, fine := insertOperation(t, pool, "m-1"), insertOperation(t, pool, "m-2"), insertOperation(t, pool, "m-3"),
 		insertOperation(t, pool, "m-4"), insertOperation(t, pool, "m-5")
+	settled, waiting := insertOperation(t, pool, "m-6"), insertOperation(t, pool, "m-7")
 	long := strings.Repeat("é", 250)
 	for _, q := range []struct {
 		sql  string
@@ -83,6 +84,12 @@ func TestMigrationNamesTheSourcesOfOldLines(t *testing.T) {
 			($3, 'failed', 'e', false, E' \n ', E'\t'),
 			($4, 'completed', 'e', false, 'all good', '')`, []any{tool, server, quiet, fine, long}},
 		{`INSERT INTO job_runs (operation_id, base_url, status, error) VALUES ($1, 'http://jobs', 'failed', '  card expired ')`, []any{job}},
+		// Two handoffs: one resolved by a person (its outcome settled), one still waiting.
+		{`INSERT INTO handoff_items (operation_id) VALUES ($1), ($2)`, []any{settled, waiting}},
+		{`INSERT INTO reconciliation_items (operation_id, reason, tenant, workflow, state, closed_at) VALUES
+			($1, 'human_handoff', 'acme', 'refund', 'resolved', now() - interval '1 hour'),
+			($2, 'human_handoff', 'acme', 'refund', 'needs_person', NULL)`, []any{settled, waiting}},
+		{`UPDATE operations SET domain_outcome = CASE WHEN id = $1 THEN 'applied' ELSE 'unknown' END WHERE id IN ($1, $2)`, []any{settled, waiting}},
 		{`INSERT INTO task_timeline (operation_id, source, state, message) VALUES
 			($1, 'create', 'creating', 'task creation sent'),
 			($1, 'poll', 'working', ''),
@@ -154,6 +161,16 @@ func TestMigrationNamesTheSourcesOfOldLines(t *testing.T) {
 	}
 	if !strings.HasSuffix(longReason, "…") || len([]rune(longReason)) != 201 {
 		t.Errorf("a long reason is not cut at 200 characters: %d", len([]rune(longReason)))
+	}
+	// The settled handoff is closed when its item closed; the waiting one stays open.
+	var closedSettled, closedWaiting bool
+	if err := pool.QueryRow(ctx, `SELECT
+		(SELECT h.closed_at = r.closed_at FROM handoff_items h JOIN reconciliation_items r USING (operation_id) WHERE h.operation_id = $1),
+		(SELECT closed_at IS NOT NULL FROM handoff_items WHERE operation_id = $2)`, settled, waiting).Scan(&closedSettled, &closedWaiting); err != nil {
+		t.Fatal(err)
+	}
+	if !closedSettled || closedWaiting {
+		t.Errorf("handoffs after 00023: settled one closed with its item %v, waiting one closed %v", closedSettled, closedWaiting)
 	}
 
 	if _, err := runner.Down(ctx, 1); err != nil {

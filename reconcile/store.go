@@ -450,12 +450,16 @@ func (s *Store) Resolve(ctx context.Context, actor audit.Actor, scope Scope, id 
 	return it, err
 }
 
-// setOutcome sets an operation's domain outcome from a verified source, clears its attention
-// and stores the verified outcome with its receipt. Applied, not_applied and compensated only.
+// setOutcome sets an operation's domain outcome from a verified source, clears its attention,
+// closes its handoff (the work handed to a person is settled, so it no longer needs one) and
+// stores the verified outcome with its receipt. Applied, not_applied and compensated only.
 func setOutcome(ctx context.Context, q Querier, opID, outcome, source, receipt string) error {
 	if _, err := q.Exec(ctx, `UPDATE operations SET domain_outcome = $2, attention = NULL, attention_reason = NULL, updated_at = now()
 		WHERE id = $1`, opID, outcome); err != nil {
 		return fmt.Errorf("set outcome of %s: %w", opID, err)
+	}
+	if _, err := q.Exec(ctx, `UPDATE handoff_items SET closed_at = now() WHERE operation_id = $1 AND closed_at IS NULL`, opID); err != nil {
+		return fmt.Errorf("close handoff of %s: %w", opID, err)
 	}
 	if _, err := q.Exec(ctx, `INSERT INTO verified_outcomes (operation_id, outcome, source, receipt) VALUES ($1,$2,$3,$4)
 		ON CONFLICT (operation_id) DO UPDATE SET outcome = excluded.outcome, source = excluded.source, receipt = excluded.receipt,

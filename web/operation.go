@@ -4,10 +4,12 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/operations"
+	"github.com/taskgate/taskgate/reconcile"
 )
 
 // OperationView is the operation detail's model.
@@ -50,6 +52,9 @@ type OperationView struct {
 	Reason, ReasonLabel string
 	// Advice is what the person is meant to do when the operation needs one, "" otherwise.
 	Advice string
+	// NeedsPersonWhy says in words why the operation needs a person (operations'
+	// NeedsPersonSQL: a question, a reconciliation item, a handoff), "" when it needs none.
+	NeedsPersonWhy string
 }
 
 // TimelineLine is one line of the timeline: an entry, or a run of routine observations of one
@@ -125,6 +130,7 @@ func (s *Server) operationView(r *http.Request, d operations.Detail, flash, tone
 	case d.Attention != "":
 		v.Advice = adviceFor(d.AttentionReason, d.Attention)
 	}
+	v.NeedsPersonWhy = needsPersonWhy(d)
 	v.Inputs = d.Inputs
 	v.ClosedWhy = map[string]string{}
 	for _, in := range d.Inputs {
@@ -418,4 +424,48 @@ func failureReason(op operations.Operation) (string, string) {
 		label = "Reason given by the job API"
 	}
 	return boundText(op.FailureReason, 201), label
+}
+
+// needsPersonWhy says in words why an operation needs a person: an open question, an open
+// reconciliation item (its reason in a few words) or a handoff; "" when it needs none (the
+// operation's NeedsPerson, the one definition the lists and counts use).
+func needsPersonWhy(d operations.Detail) string {
+	if !d.NeedsPerson {
+		return ""
+	}
+	var why []string
+	open := d.Task != nil && d.Task.State == operations.StateInputRequired
+	for _, in := range d.Inputs {
+		open = open || in.State == "open"
+	}
+	if open {
+		why = append(why, "a question to answer")
+	}
+	switch {
+	case d.Reconciliation != nil && d.Reconciliation.ClosedAt == nil:
+		why = append(why, reasonShort(d.Reconciliation.Reason))
+	case d.Attention == operations.AttentionHandoff:
+		why = append(why, reasonShort(reconcile.ReasonHumanHandoff))
+	}
+	if len(why) == 0 {
+		return "handed to a person"
+	}
+	return strings.Join(why, "; ")
+}
+
+// reasonShort is a reconciliation reason in a few words: its text up to the first colon or
+// semicolon, starting in lower case ("task creation unacknowledged").
+func reasonShort(code string) string {
+	text := reconcile.ReasonText(code)
+	if text == code {
+		return strings.ReplaceAll(code, "_", " ")
+	}
+	if i := strings.IndexAny(text, ":;"); i > 0 {
+		text = text[:i]
+	}
+	r := []rune(strings.TrimSpace(text))
+	if len(r) > 0 {
+		r[0] = unicode.ToLower(r[0])
+	}
+	return string(r)
 }

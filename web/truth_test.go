@@ -186,6 +186,74 @@ func TestFailureReasonOnEveryList(t *testing.T) {
 	}
 }
 
+// TestHandoffSaysWhatToDo: a workflow whose fallback is a handoff, started through the API,
+// needs a person at once: the operation page says why in words and what to do, with links to
+// its reconciliation item and its audit rows; the queue and the item page say the same. Once
+// support staff resolve the item, the operation no longer needs a person anywhere.
+func TestHandoffSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	res, body := e.apiDo(t, "acme-token", http.MethodPost, "/api/v1/operations",
+		`{"workflow": "kyc", "tenant": "acme", "actor": "app:onboarding", "object_ref": "customer C-77", "intended_effect": "verify identity"}`,
+		map[string]string{"Idempotency-Key": "kyc-77"})
+	var sr operations.StartResponse
+	if err := json.Unmarshal([]byte(body), &sr); err != nil || res.StatusCode/100 != 2 || sr.Route != operations.RouteHandoff {
+		t.Fatalf("start: %d %s", res.StatusCode, body)
+	}
+	id := sr.OperationID
+	want := adviceFor(reconcile.ReasonHumanHandoff, "")
+	if want == "" {
+		t.Fatal("no advice for a handoff")
+	}
+	var item string
+	if err := e.pool.QueryRow(context.Background(), `SELECT public_id::text FROM reconciliation_items WHERE operation_id = $1 AND closed_at IS NULL`, id).Scan(&item); err != nil {
+		t.Fatalf("the handoff opened no item: %v", err)
+	}
+	inList := func() bool {
+		_, list := e.apiDo(t, "acme-token", http.MethodGet, "/api/v1/operations?attention=true", "", nil)
+		return strings.Contains(list, id)
+	}
+	if !inList() {
+		t.Fatal("the handoff is not among the operations needing a person")
+	}
+	_, page := e.do(t, "viewer", http.MethodGet, "/operations/"+id, nil)
+	if why := strings.Join(strings.Fields(stripTags(testidText(page, "needs-person", "div"))), " "); why != "needs a person handed to a person by the workflow" {
+		t.Errorf("the operation says %q", why)
+	}
+	advice := testidText(page, "op-advice", "p")
+	if !strings.Contains(html.UnescapeString(advice), want) {
+		t.Errorf("operation advice %q, want %q", advice, want)
+	}
+	for _, link := range []string{`href="/reconcile/` + item + `"`, `href="/audit?target=operation:` + id + `"`} {
+		if !strings.Contains(advice, link) {
+			t.Errorf("the advice lacks the link %s:\n%s", link, advice)
+		}
+	}
+	_, queue := e.do(t, "support", http.MethodGet, "/reconcile", nil)
+	if row := testidText(queue, "item-"+item, "tr"); !strings.Contains(html.UnescapeString(testidText(row, "item-advice", "div")), want) || !strings.Contains(row, `href="/operations/`+id+`"`) {
+		t.Errorf("queue row without the handoff's advice or its operation:\n%s", row)
+	}
+	_, itemPage := e.do(t, "support", http.MethodGet, "/reconcile/"+item, nil)
+	if !strings.Contains(html.UnescapeString(testidText(itemPage, "item-advice", "p")), want) {
+		t.Errorf("item page without the handoff's advice")
+	}
+
+	// Support does the work and resolves the item: nobody is needed any more.
+	if res, _ := e.do(t, "support", http.MethodPost, "/reconcile/"+item+"/claim", nil); res.StatusCode != http.StatusOK {
+		t.Fatalf("claim: %d", res.StatusCode)
+	}
+	if res, body := e.do(t, "support", http.MethodPost, "/reconcile/"+item+"/resolve", url.Values{"outcome": {"applied"},
+		"reason": {"confirmed with the customer"}, "note": {"identity checked by hand"}, "evidence_url": {"https://tickets.example/77"}}); res.StatusCode != http.StatusOK {
+		t.Fatalf("resolve: %d\n%.300s", res.StatusCode, body)
+	}
+	if inList() {
+		t.Error("a resolved handoff still needs a person")
+	}
+	if _, page := e.do(t, "viewer", http.MethodGet, "/operations/"+id, nil); has(page, "needs-person") || has(page, "op-advice") {
+		t.Error("the resolved handoff's page still says it needs a person")
+	}
+}
+
 // TestEveryReasonSaysWhatToDo: each reconciliation reason code has its own "what to do" text, and
 // the queue, the item page and the operation page show it with links to the operation and to the
 // audit rows.
