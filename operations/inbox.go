@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskgate/taskgate/reconcile"
 )
 
 // NeedsPersonSQL is the one definition of "needs a person", as a condition on an operation o:
@@ -22,22 +24,17 @@ const NeedsPersonSQL = `(EXISTS (SELECT 1 FROM pending_inputs pi WHERE pi.operat
 
 // MismatchSQL is the mismatch rule (see Mismatch) as a condition on an operation o joined with
 // its task t.
-const MismatchSQL = `((t.state IN ('failed','cancelled') AND o.domain_outcome = 'applied')
-	OR (t.state = 'completed' AND NOT coalesce(t.tool_error, false) AND o.domain_outcome = 'not_applied'))`
+const MismatchSQL = `((t.state IN ('failed','cancelled') OR t.state = 'completed' AND coalesce(t.tool_error, false)) AND o.domain_outcome = 'applied'
+	OR t.state = 'completed' AND NOT coalesce(t.tool_error, false) AND o.domain_outcome = 'not_applied')`
 
 // Mismatch is the rule by which a task state and a domain outcome disagree: the server said the
-// work failed or was cancelled while the system of record confirms it applied, or the server said
-// it completed without a tool error while the system of record confirms it did not apply. A
-// tool error whose outcome is confirmed "not applied" is agreement. Open states and outcomes
-// still pending or unknown never disagree.
+// work failed or was cancelled, or the tool answered with an error, while the system of record
+// confirms the effect applied; or the server said it completed without a tool error while the
+// system of record confirms it did not apply. A tool error confirmed "not applied" is
+// agreement. Open states and outcomes still pending or unknown never disagree. It is
+// reconcile.Mismatch, the rule the verifiers open a task_domain_mismatch item by.
 func Mismatch(state TaskState, toolError bool, outcome Outcome) bool {
-	switch state {
-	case StateFailed, StateCancelled:
-		return outcome == OutcomeApplied
-	case StateCompleted:
-		return !toolError && outcome == OutcomeNotApplied
-	}
-	return false
+	return reconcile.Mismatch(string(state), toolError, string(outcome))
 }
 
 // filterWhere is the WHERE of List and Count for scope and f (without f.After's cursor).
