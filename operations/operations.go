@@ -510,6 +510,17 @@ type Filter struct {
 	Mismatch bool
 	// Attention keeps only operations that need a person.
 	Attention bool
+	// InFlight keeps only operations whose task is creating, working or waiting for input.
+	InFlight bool
+	// NoTask keeps only operations without a task (TaskState is then ignored).
+	NoTask bool
+	// ToolError, when set, keeps only operations whose task's result is (true) or is not
+	// (false) a tool error.
+	ToolError *bool
+	// Window, when positive, keeps only the operations the overview's matrix counts over that
+	// window: started within it, or still open (task creating, working or waiting for input),
+	// or marked for attention (RecentSQL).
+	Window time.Duration
 	// Search keeps operations whose business key contains it, or whose operation id, task id
 	// or idempotency key is it.
 	Search string

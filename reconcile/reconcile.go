@@ -314,6 +314,8 @@ type Page struct {
 	Items []Item
 	// Next is the cursor of the next page, "" on the last.
 	Next string
+	// Total is the number of items the filter selects over all pages.
+	Total int
 }
 
 // Resolution is what a person resolves an item with.

@@ -249,12 +249,30 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 		return Page{}, fmt.Errorf("list reconciliation items: %w", err)
 	}
 	p := Page{Items: items}
+	if p.Total, err = s.Count(ctx, scope, f); err != nil {
+		return Page{}, err
+	}
 	if len(items) > f.Limit {
 		p.Items = items[:f.Limit]
 		last := p.Items[f.Limit-1]
 		p.Next = base64.RawURLEncoding.EncodeToString([]byte(last.OpenedAt.UTC().Format(time.RFC3339Nano) + "|" + last.ID))
 	}
 	return p, nil
+}
+
+// Count is the real number of items List selects for scope and f over all its pages (f.After
+// is ignored): the number the queue, its tile and its bulk preview show.
+func (s *Store) Count(ctx context.Context, scope Scope, f Filter) (int, error) {
+	var args []any
+	w, err := where(scope, f, &args)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM reconciliation_items r WHERE `+w, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count reconciliation items: %w", err)
+	}
+	return n, nil
 }
 
 func decodeCursor(c string) (time.Time, string, error) {
