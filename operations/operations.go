@@ -118,6 +118,22 @@ func TaskStates() []TaskState {
 		StateFailed, StateCancelled, StateUnobservable, StateExpired}
 }
 
+// Words names the route for people: "task", "synchronous call", "job API", "handoff to a
+// person", "refusal".
+func (r Route) Words() string {
+	switch r {
+	case RouteSync:
+		return "synchronous call"
+	case RouteJobAPI:
+		return "job API"
+	case RouteHandoff:
+		return "handoff to a person"
+	case RouteReject:
+		return "refusal"
+	}
+	return string(r)
+}
+
 // Routes lists every route (the list filter accepts these).
 func Routes() []Route { return []Route{RouteTask, RouteSync, RouteJobAPI, RouteHandoff, RouteReject} }
 

@@ -67,7 +67,7 @@ func (PolicyRouter) Decide(_ context.Context, in RouteInput) (Decision, error) {
 	wf := in.Workflow
 	fallback := func(code, why string) Decision {
 		r := Route(wf.Fallback.Kind)
-		return Decision{Route: r, ReasonCode: code, Reason: why + "; fallback " + string(r) + "."}
+		return Decision{Route: r, ReasonCode: code, Reason: why + "; fallback: " + r.Words() + "."}
 	}
 	if wf.TaskUse == config.TaskNever {
 		return fallback("task_use_never", "The workflow never runs as a Task"), nil

@@ -360,7 +360,7 @@ func opFacts(v OperationView) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		if v.Effect != "" {
-			templ_7745c5c3_Err = badge(effectTone(v.Effect), v.Effect).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = badge(effectTone(v.Effect), enumWords(v.Effect)).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -518,7 +518,7 @@ func opFacts(v OperationView) templ.Component {
 			}
 			return nil
 		})
-		templ_7745c5c3_Err = badge(routeTone(string(v.D.Route)), string(v.D.Route)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var24), templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = badge(routeTone(string(v.D.Route)), enumWords(string(v.D.Route))).Render(templ.WithChildren(ctx, templ_7745c5c3_Var24), templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -529,7 +529,7 @@ func opFacts(v OperationView) templ.Component {
 		var templ_7745c5c3_Var25 string
 		templ_7745c5c3_Var25, templ_7745c5c3_Err = templ.JoinStringErrs(v.D.Reason)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `operation.templ`, Line: 73, Col: 136}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `operation.templ`, Line: 73, Col: 147}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var25))
 		if templ_7745c5c3_Err != nil {

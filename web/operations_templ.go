@@ -186,9 +186,9 @@ func operationsPage(v OperationsView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var9 string
-				templ_7745c5c3_Var9, templ_7745c5c3_Err = templ.JoinStringErrs(x)
+				templ_7745c5c3_Var9, templ_7745c5c3_Err = templ.JoinStringErrs(enumWords(x))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `operations.templ`, Line: 43, Col: 71}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `operations.templ`, Line: 43, Col: 82}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var9))
 				if templ_7745c5c3_Err != nil {
@@ -889,7 +889,7 @@ func opRowTr(row OpRow) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = badge(routeTone(string(row.Op.Route)), string(row.Op.Route)).Render(ctx, templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = badge(routeTone(string(row.Op.Route)), enumWords(string(row.Op.Route))).Render(ctx, templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
