@@ -3,22 +3,36 @@ package web
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/taskgate/taskgate/internal/opstest"
 	"github.com/taskgate/taskgate/reconcile"
 )
 
-// TestBrowserPagesFitAndKeys loads every main page at 1280 and at 390 px and checks that none is
-// wider than the screen, saving a screenshot of each; then "/" focuses the search box and j
-// moves the focus along the rows of a list.
+// TestBrowserPagesFitAndKeys loads every main page (an operation of each kind among them: a
+// question waiting, a failed one with a long reason, a handoff, a synchronous call) at 1280 and
+// at 390 px and checks that none is wider than the screen, saving a screenshot of each; then "/"
+// focuses the search box and j moves the focus along the rows of a list.
 func TestBrowserPagesFitAndKeys(t *testing.T) {
 	t.Parallel()
 	bctx := browser(t)
 	e := newOpsEnv(t)
+	// A failed operation whose tool answered with a long text holding an unbroken token (the
+	// page that was 636 px wide at 390), a handoff and a synchronous call, run to their end
+	// before the watcher stops.
+	failed := e.start(t, "acme", "refund", "fit-3", `{"duration_ms": 10, "outcome": "tool_error", "text": "declined by the system of record: ref `+
+		strings.Repeat("9f86d081884c7d659a2feaa0c55ad015", 6)+` while checking the account of the customer A-fit-3 against the ledger"}`)
+	handoff := e.start(t, "acme", "kyc", "fit-4", `{}`)
+	sync := e.start(t, "acme", "lookup", "fit-5", `{}`)
+	w, passes := e.b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 20*time.Second, "the failed operation's reason", func() bool { return e.b.Detail(t, failed).FailureReason != "" })
+	w.Stop() // from here no poll moves a task on: the question seeded below stays open
 	id := e.start(t, "acme", "refund", "fit-1", `{"outcome": "hang"}`)
 	e.start(t, "acme", "refund", "fit-2", `{"outcome": "hang"}`)
 	if _, err := e.pool.Exec(context.Background(), `INSERT INTO pending_inputs (operation_id, input_key, method, message, fields)
@@ -30,9 +44,16 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	item := e.openItem(t, "acme", "fit-item", reconcile.ReasonSyncTimeout)
+	// A bulk action, for its batch page: claim the one sync_timeout item.
+	res, body := e.do(t, "support", "POST", "/reconcile/bulk", url.Values{"tenant": {"acme"}, "reason": {string(reconcile.ReasonSyncTimeout)},
+		"action": {"claim"}, "confirm": {reconcile.ConfirmPhrase("claim", 1)}})
+	batch := regexp.MustCompile(`data-batch="([^"]+)"`).FindStringSubmatch(body)
+	if res.StatusCode != 200 || batch == nil {
+		t.Fatalf("bulk claim: %d", res.StatusCode)
+	}
 	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
 	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 120*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, 240*time.Second)
 	defer cancelT()
 	u := e.users["admin"]
 	if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=signin-form]`)),
@@ -42,7 +63,9 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 	}
 	pages := map[string]string{"overview": "/", "inbox": "/inbox", "operations": "/operations", "operation": "/operations/" + id,
 		"reconcile": "/reconcile", "reconcile-item": "/reconcile/" + item, "audit": "/audit", "audit-operation": "/audit?operation=" + id,
-		"servers": "/servers", "workflows": "/workflows", "accounts": "/admin/accounts", "tokens": "/admin/tokens", "gates": "/gates"}
+		"servers": "/servers", "workflows": "/workflows", "accounts": "/admin/accounts", "tokens": "/admin/tokens", "gates": "/gates",
+		"operation-failed": "/operations/" + failed, "operation-handoff": "/operations/" + handoff, "operation-sync": "/operations/" + sync,
+		"reconcile-batch": "/reconcile/batches/" + batch[1], "password": passwordPath, "not-found": "/no/such/page"}
 	for _, width := range []int64{1280, 390} {
 		if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, 860)); err != nil {
 			t.Fatal(err)
