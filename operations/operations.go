@@ -118,6 +118,20 @@ func TaskStates() []TaskState {
 		StateFailed, StateCancelled, StateUnobservable, StateExpired}
 }
 
+// Words names the task state for people: "input required", "create not acknowledged",
+// "expired on the server"; the others as they are.
+func (s TaskState) Words() string {
+	switch s {
+	case StateInputRequired:
+		return "input required"
+	case StateCreateUnacknowledged:
+		return "create not acknowledged"
+	case StateExpired:
+		return "expired on the server"
+	}
+	return strings.ReplaceAll(string(s), "_", " ")
+}
+
 // Words names the route for people: "task", "synchronous call", "job API", "handoff to a
 // person", "refusal".
 func (r Route) Words() string {

@@ -36,8 +36,10 @@ type OperationView struct {
 	Inputs []operations.PendingInput
 	Open   []operations.PendingInput
 	// ClosedWhy says, by question key, why a question can no longer be answered.
-	ClosedWhy    map[string]string
-	MovedOn      bool
+	ClosedWhy map[string]string
+	// Unanswered says, for each question left without an answer, what it asked and why it can
+	// no longer be answered (operations.InputClosedReason).
+	Unanswered   []string
 	CanAnswer    bool
 	WhoMayAnswer string
 	// Cancellation in its real steps (rule 4), shown once a cancel was requested.
@@ -137,8 +139,10 @@ func (s *Server) operationView(r *http.Request, d operations.Detail, flash, tone
 		if t != nil {
 			v.ClosedWhy[in.Key] = operations.InputClosedReason(in, t.State, now)
 		}
-		if in.State == "moved_on" {
-			v.MovedOn = true
+		// Loud: every question left without an answer, whatever closed it (the task moved on,
+		// expired or became unobservable, or its deadline passed).
+		if why := v.ClosedWhy[in.Key]; why != "" && in.AnsweredAt == nil {
+			v.Unanswered = append(v.Unanswered, "“"+boundText(in.Message, 80)+"”: "+why)
 		}
 		if in.State == "open" && t != nil && t.State == operations.StateInputRequired && (in.ExpiresAt == nil || in.ExpiresAt.After(now)) {
 			v.Open = append(v.Open, in)
