@@ -157,6 +157,44 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 	if got, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Array.from(document.querySelectorAll("[data-testid=op-row] [data-testid=op-link]")).indexOf(document.activeElement)`)); err != nil || got != 1 {
 		t.Fatalf("after j j the focus is on row %d (%v)", got, err)
 	}
+	// k moves back; Enter opens the row under the focus.
+	if err := chromedp.Do(ctx, chromedp.KeyEvent("k")); err != nil {
+		t.Fatal(err)
+	}
+	first, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const links = Array.from(document.querySelectorAll("[data-testid=op-row] [data-testid=op-link]"));
+		return links.indexOf(document.activeElement) === 0 ? new URL(links[0].href).pathname : "";
+	})()`))
+	if err != nil || first == "" {
+		t.Fatalf("after k the focus is not on the first row (%v)", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.KeyEvent("\r"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=op-facts]`))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.pathname`)); err != nil || got != first {
+		t.Errorf("Enter opened %q, want %q (%v)", got, first, err)
+	}
+	// "/" focuses the search on every page, and j walks the queue's and the inbox's rows too.
+	for _, path := range []string{"/", "/inbox", "/reconcile", "/servers", "/audit", "/workflows", "/operations/" + id} {
+		if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+path), chromedp.WaitVisible(chromedp.CSS(`[data-testid=page-title]`)), chromedp.KeyEvent("/")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.id`)); err != nil || got != "site-search" {
+			t.Errorf("%s: after / the focus is on %q (%v)", path, got, err)
+		}
+		if path != "/reconcile" && path != "/inbox" {
+			continue
+		}
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.activeElement.blur(), true`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx, chromedp.KeyEvent("j")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.dataset.testid || ""`)); err != nil || (got != "item-link" && got != "inbox-op") {
+			t.Errorf("%s: after j the focus is on %q (%v)", path, got, err)
+		}
+	}
 }
 
 // checkHeader holds the header to its rule at each width: at 390 px one row with the menu and
