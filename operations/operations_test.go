@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,6 +135,15 @@ func TestJobAPIRouteFollowsTheJob(t *testing.T) {
 	}
 	if d.Task != nil {
 		t.Fatalf("job route has a task row: %+v", d.Task)
+	}
+	// The submission and the job API's answer to it are the call's; later statuses are reads.
+	var lines []string
+	for _, e := range d.Timeline {
+		lines = append(lines, e.State+"="+e.Source)
+	}
+	got := strings.Join(lines, " ")
+	if !strings.HasPrefix(got, "submitting=create job_queued=create") || !strings.HasSuffix(got, "job_succeeded=poll") {
+		t.Fatalf("job timeline %s: want the submission and its answer from the call, the end from a poll", got)
 	}
 }
 

@@ -658,7 +658,7 @@ func (s *Service) submitJob(ctx context.Context, op Operation, wf *config.Workfl
 		s.refuse(ctx, op, fmt.Sprintf("job API refused the job (HTTP %d)", resp.StatusCode), true)
 		return
 	}
-	if err := s.cfg.Store.UpdateJob(ctx, op.ID, j, s.cfg.Now().Add(s.cfg.DefaultPoll)); err != nil {
+	if err := s.cfg.Store.UpdateJob(ctx, op.ID, j, s.cfg.Now().Add(s.cfg.DefaultPoll), SourceCreate); err != nil {
 		log.Error("record job", "err", err)
 	}
 }
@@ -698,8 +698,10 @@ func firstNonEmpty(a, b string) string {
 
 func jobDone(status string) bool { return status == "succeeded" || status == "failed" }
 
-// UpdateJob stores a job's status and the time of its next poll (none once it ended).
-func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next time.Time) error {
+// UpdateJob stores a job's status and the time of its next poll (none once it ended); a
+// changed status goes on the timeline under source: SourceCreate for the job API's answer to
+// the submission, SourcePoll for a status read.
+func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next time.Time, source string) error {
 	var nextAt *time.Time
 	if !jobDone(j.Status) {
 		nextAt = &next
@@ -722,7 +724,7 @@ func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next ti
 		}
 	}
 	if old != j.Status {
-		return s.AddTimeline(ctx, opID, SourcePoll, "job_"+j.Status, "job "+j.Status)
+		return s.AddTimeline(ctx, opID, source, "job_"+j.Status, "job "+j.Status)
 	}
 	return nil
 }
@@ -780,7 +782,7 @@ func (s *Service) FollowDueJobs(ctx context.Context, replica string, n int, leas
 		if resp.StatusCode != http.StatusOK || derr != nil || !j.usable() {
 			continue // polled again after the interval; an unusable answer is never stored
 		}
-		if err := s.cfg.Store.UpdateJob(ctx, d.op, j, s.cfg.Now().Add(s.cfg.DefaultPoll)); err != nil {
+		if err := s.cfg.Store.UpdateJob(ctx, d.op, j, s.cfg.Now().Add(s.cfg.DefaultPoll), SourcePoll); err != nil {
 			s.cfg.Logger.Error("record job status", "operation", d.op, "err", err)
 		}
 	}
