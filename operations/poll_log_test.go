@@ -167,3 +167,20 @@ func TestPollLogFlushesOnItsOwn(t *testing.T) {
 		t.Fatal("a poll log without a store was accepted")
 	}
 }
+
+// BenchmarkPollLogAdd measures the cost a status read pays to be counted: Add from many
+// goroutines at once over a few servers and tenants (no flush runs).
+func BenchmarkPollLogAdd(b *testing.B) {
+	l, err := operations.NewPollLog(operations.PollLogConfig{Store: operations.NewStore(nil)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	servers, tenants := []string{"rcv", "slow", "legacy", "ext"}, []string{"acme", "globex", "initech"}
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			l.Add(servers[i%len(servers)], tenants[i%len(tenants)], i%11 != 0)
+			i++
+		}
+	})
+}
