@@ -86,6 +86,14 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 				t.Errorf("%s at %d px is %d px wide (window %d, beside the scroll bar %d)", path, width, sw, iw, cw)
 			}
 			checkHeader(t, ctx, path, width)
+			if name == "reconcile" && width == 1280 {
+				// The queue's filters, the operations list's in the same order, sit in one row.
+				rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`new Set(Array.from(document.querySelectorAll('[data-testid=reconcile-filters] > div'))
+					.map(d => Math.round(d.getBoundingClientRect().bottom))).size`))
+				if err != nil || rows != 1 {
+					t.Errorf("the queue's filters take %d rows at 1280 px (%v)", rows, err)
+				}
+			}
 			screenshot(t, ctx, fmt.Sprintf("page-%s-%d", name, width))
 		}
 	}
