@@ -87,7 +87,7 @@ func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reaso
 			return Detail{}, err
 		}
 		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
-			UpdatedAt: res.Task.LastUpdatedAt, Basis: op.Task.State}, SourceServer); err != nil {
+			UpdatedAt: res.Task.LastUpdatedAt, Basis: op.Task.State}, SourceCancelReply); err != nil {
 			return Detail{}, err
 		}
 	case err == nil:
@@ -95,14 +95,14 @@ func (s *Service) CancelRecorded(ctx context.Context, scope Scope, id, by, reaso
 			return Detail{}, err
 		}
 	case errors.Is(err, mcpclient.ErrTaskTerminal) && res.Task != nil:
-		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceServer, "cancel_refused", "the task was already "+string(res.Task.Status),
+		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceCancelReply, "cancel_refused", "the task was already "+string(res.Task.Status),
 			rec.step(StepCancelReply, op, map[string]any{"reply": "refused: the task was already " + string(res.Task.Status)}))
 		if _, err := s.cfg.Store.Observe(cctx, id, Observation{State: TaskState(res.Task.Status), StatusMessage: res.Task.StatusMessage,
-			UpdatedAt: res.Task.LastUpdatedAt, Basis: op.Task.State}, SourceServer); err != nil {
+			UpdatedAt: res.Task.LastUpdatedAt, Basis: op.Task.State}, SourceCancelReply); err != nil {
 			return Detail{}, err
 		}
 	default:
-		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceWatcher, "cancel_unanswered", "cancel request failed: "+safeMessage(err),
+		_ = s.cfg.Store.AddTimelineRecorded(cctx, id, SourceCancelReply, "cancel_unanswered", "cancel request failed: "+safeMessage(err),
 			rec.step(StepCancelReply, op, map[string]any{"reply": "unanswered: " + safeMessage(err)}))
 		return Detail{}, fmt.Errorf("cancel %s: %w", id, &UpstreamError{Err: err})
 	}
@@ -188,7 +188,7 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 		// A server may quote the answer back in its error ("'4111…' is not valid"): the values
 		// never reach the timeline, the audit row, the caller or a log through it.
 		err = redactAnswer(err, resp.Content)
-		_ = s.cfg.Store.AddTimelineRecorded(actx, id, SourceOperator, "input_refused", fmt.Sprintf("answer to input %s (%s) by %s not taken: %s", key, resp.Action, by, safeMessage(err)),
+		_ = s.cfg.Store.AddTimelineRecorded(actx, id, SourceAnswerReply, "input_refused", fmt.Sprintf("answer to input %s (%s) by %s not taken: %s", key, resp.Action, by, safeMessage(err)),
 			rec.step(StepInput, op, map[string]any{"key": key, "action": string(resp.Action), "reply": "not taken: " + safeMessage(err), "values": "redacted"}))
 		if errors.Is(err, mcpclient.ErrUnknownInput) {
 			return Detail{}, fmt.Errorf("operation %s input %q: %w", id, key, ErrInputElsewhere)

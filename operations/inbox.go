@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskgate/taskgate/reconcile"
 )
 
 // NeedsPersonSQL is the one definition of "needs a person", as a condition on an operation o:
@@ -20,24 +22,29 @@ const NeedsPersonSQL = `(EXISTS (SELECT 1 FROM pending_inputs pi WHERE pi.operat
 	OR EXISTS (SELECT 1 FROM reconciliation_items ri WHERE ri.operation_id = o.id AND ri.closed_at IS NULL)
 	OR EXISTS (SELECT 1 FROM handoff_items hi WHERE hi.operation_id = o.id AND hi.closed_at IS NULL))`
 
+// InFlightSQL is the condition "the task is still open" on a task t: creating, working or
+// waiting for input. The overview's "in flight" counts and the list's in-flight filter use it.
+const InFlightSQL = `t.state IN ('creating', 'working', 'input_required')`
+
+// RecentSQL is what the overview's matrix counts, as a condition on an operation o joined with
+// its task t; %s is the window in hours (a parameter): started within the window, or still
+// open, or marked for attention. The list's Window filter uses the same condition, so each cell
+// links to the operations it counts.
+const RecentSQL = `(o.created_at > now() - %s * interval '1 hour' OR ` + InFlightSQL + ` OR o.attention IS NOT NULL)`
+
 // MismatchSQL is the mismatch rule (see Mismatch) as a condition on an operation o joined with
 // its task t.
-const MismatchSQL = `((t.state IN ('failed','cancelled') AND o.domain_outcome = 'applied')
-	OR (t.state = 'completed' AND NOT coalesce(t.tool_error, false) AND o.domain_outcome = 'not_applied'))`
+const MismatchSQL = `((t.state IN ('failed','cancelled') OR t.state = 'completed' AND coalesce(t.tool_error, false)) AND o.domain_outcome = 'applied'
+	OR t.state = 'completed' AND NOT coalesce(t.tool_error, false) AND o.domain_outcome = 'not_applied')`
 
 // Mismatch is the rule by which a task state and a domain outcome disagree: the server said the
-// work failed or was cancelled while the system of record confirms it applied, or the server said
-// it completed without a tool error while the system of record confirms it did not apply. A
-// tool error whose outcome is confirmed "not applied" is agreement. Open states and outcomes
-// still pending or unknown never disagree.
+// work failed or was cancelled, or the tool answered with an error, while the system of record
+// confirms the effect applied; or the server said it completed without a tool error while the
+// system of record confirms it did not apply. A tool error confirmed "not applied" is
+// agreement. Open states and outcomes still pending or unknown never disagree. It is
+// reconcile.Mismatch, the rule the verifiers open a task_domain_mismatch item by.
 func Mismatch(state TaskState, toolError bool, outcome Outcome) bool {
-	switch state {
-	case StateFailed, StateCancelled:
-		return outcome == OutcomeApplied
-	case StateCompleted:
-		return !toolError && outcome == OutcomeNotApplied
-	}
-	return false
+	return reconcile.Mismatch(string(state), toolError, string(outcome))
 }
 
 // filterWhere is the WHERE of List and Count for scope and f (without f.After's cursor).
@@ -71,6 +78,18 @@ func filterWhere(scope Scope, f Filter) ([]string, []any) {
 	}
 	if f.Attention {
 		where = append(where, NeedsPersonSQL)
+	}
+	if f.InFlight {
+		where = append(where, InFlightSQL)
+	}
+	if f.NoTask {
+		where = append(where, "t.operation_id IS NULL")
+	}
+	if f.ToolError != nil {
+		where = append(where, "coalesce(t.tool_error, false) = "+arg(*f.ToolError))
+	}
+	if f.Window > 0 {
+		where = append(where, fmt.Sprintf(RecentSQL, arg(max(1, int(f.Window/time.Hour)))))
 	}
 	if q := strings.TrimSpace(f.Search); q != "" {
 		p := arg(q)

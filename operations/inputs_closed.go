@@ -41,13 +41,13 @@ func whyClosed(p PendingInput, st TaskState, now time.Time) string {
 	case p.AnsweredAt != nil || p.State == "answered":
 		return ""
 	case p.State == "moved_on":
-		return "the task moved on without an answer (now " + string(st) + ")"
+		return "the task moved on without an answer (now " + st.Words() + ")"
 	case p.State == "expired":
-		return "the question was closed: the task is " + string(st)
+		return "the question was closed: the task is " + st.Words()
 	case p.ExpiresAt != nil && !p.ExpiresAt.After(now):
-		return "the question expired at " + p.ExpiresAt.UTC().Format(time.RFC3339)
+		return "the question expired at " + p.ExpiresAt.UTC().Format("2006-01-02 15:04:05 UTC")
 	case st != StateInputRequired:
-		return "the task is " + string(st) + ", no longer waiting for input"
+		return "the task is " + st.Words() + ", no longer waiting for input"
 	}
 	return ""
 }
@@ -64,7 +64,7 @@ func closeOpenInputs(ctx context.Context, tx pgx.Tx, opID string, state TaskStat
 		return fmt.Errorf("close inputs of %s: %w", opID, err)
 	}
 	for _, k := range keys {
-		if err := addTimeline(ctx, tx, opID, SourceWatcher, "input_closed", "input "+k+" closed unanswered: the task is "+string(state)+" ("+message+")"); err != nil {
+		if err := addTimeline(ctx, tx, opID, SourceWatcher, "input_closed", "input "+k+" closed unanswered: the task is "+state.Words()+" ("+message+")"); err != nil {
 			return err
 		}
 	}
@@ -83,7 +83,7 @@ func moveOnInputs(ctx context.Context, tx pgx.Tx, opID string, state TaskState) 
 		return fmt.Errorf("close inputs of %s: %w", opID, err)
 	}
 	for _, k := range keys {
-		if err := addTimeline(ctx, tx, opID, SourceWatcher, "input_closed", "input "+k+" closed unanswered: the task moved on to "+string(state)); err != nil {
+		if err := addTimeline(ctx, tx, opID, SourceWatcher, "input_closed", "input "+k+" closed unanswered: the task moved on to "+state.Words()); err != nil {
 			return err
 		}
 	}

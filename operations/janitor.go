@@ -37,11 +37,17 @@ type Pruned struct {
 	Envelopes int64
 	// TimelineEntries is the number of task timeline entries removed.
 	TimelineEntries int64
+	// PollHours is the number of poll-log hours (server_poll_hours rows) removed.
+	PollHours int64
 	// Err is the pass's error, if any.
 	Err error
 }
 
 const defaultRetention = 30 * 24 * time.Hour
+
+// PollLogRetention is how long the poll log keeps an hour's counts: a week, far more than the
+// Servers page's charts show.
+const PollLogRetention = 7 * 24 * time.Hour
 
 func (c *JanitorConfig) validate() error {
 	if c.Store == nil || c.Policy == nil {
@@ -64,10 +70,11 @@ func (c *JanitorConfig) validate() error {
 
 // Janitor removes task envelopes and task timelines older than their workflow's
 // status_retention: an envelope once fetched longer ago than that, a timeline once its task
-// has been final that long. Evidence is kept: the operation row with its domain outcome, the
-// reconciliation items and their history, the input ledger, transition violations and the
-// audit log are never removed, and nothing is removed while the operation has an open
-// reconciliation item. A task's protocol TTL plays no part: it never permits forgetting.
+// has been final that long; and the poll log's hours older than PollLogRetention. Evidence is
+// kept: the operation row with its domain outcome, the reconciliation items and their history,
+// the input ledger, transition violations and the audit log are never removed, and nothing is
+// removed while the operation has an open reconciliation item. A task's protocol TTL plays no
+// part: it never permits forgetting.
 type Janitor struct {
 	cfg JanitorConfig
 
@@ -109,8 +116,8 @@ func (j *Janitor) loop(ctx context.Context) {
 		p := j.runOnce(ctx)
 		if p.Err != nil && ctx.Err() == nil {
 			j.cfg.Logger.Error("retention pass", "err", p.Err)
-		} else if p.Envelopes+p.TimelineEntries > 0 {
-			j.cfg.Logger.Info("retention pass", "envelopes", p.Envelopes, "timeline_entries", p.TimelineEntries)
+		} else if p.Envelopes+p.TimelineEntries+p.PollHours > 0 {
+			j.cfg.Logger.Info("retention pass", "envelopes", p.Envelopes, "timeline_entries", p.TimelineEntries, "poll_hours", p.PollHours)
 		}
 		if j.cfg.AfterPass != nil {
 			j.cfg.AfterPass(p)
@@ -172,5 +179,11 @@ func (j *Janitor) runOnce(ctx context.Context) Pruned {
 			}
 		}
 	}
+	tag, err := pool.Exec(ctx, `DELETE FROM server_poll_hours WHERE hour < now() - $1 * interval '1 millisecond'`, PollLogRetention.Milliseconds())
+	if err != nil {
+		p.Err = fmt.Errorf("prune poll log: %w", err)
+		return p
+	}
+	p.PollHours = tag.RowsAffected()
 	return p
 }

@@ -64,6 +64,10 @@ func TestJanitorRemovesEnvelopesAndTimelinesPastRetentionAndKeepsEvidence(t *tes
 		`UPDATE tasks SET terminal_at = now() - interval '2 hours', ttl_ms = 1, server_created_at = now() - interval '3 hours'`,
 		`UPDATE task_envelopes SET fetched_at = now() - interval '2 hours'`,
 		`INSERT INTO audit_log (actor, actor_kind, action, target) VALUES ('ops', 'system', 'operation.cancel', '` + short + `')`,
+		// Poll-log hours: one past the poll log's week, one within it.
+		`INSERT INTO server_poll_hours (server, tenant, hour, ok, errors) VALUES
+			('rcv', 'acme', date_trunc('hour', now(), 'UTC') - interval '8 days', 5, 1),
+			('rcv', 'acme', date_trunc('hour', now(), 'UTC') - interval '6 days', 7, 0)`,
 	} {
 		if _, err := b.Pool.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -85,8 +89,12 @@ func TestJanitorRemovesEnvelopesAndTimelinesPastRetentionAndKeepsEvidence(t *tes
 	}
 	t.Cleanup(j.Stop)
 	p := <-pruned
-	if p.Err != nil || p.Envelopes != 1 || p.TimelineEntries == 0 {
-		t.Fatalf("first pass %+v, want the short workflow's envelope and timeline", p)
+	if p.Err != nil || p.Envelopes != 1 || p.TimelineEntries == 0 || p.PollHours != 1 {
+		t.Fatalf("first pass %+v, want the short workflow's envelope and timeline and the poll hour past a week", p)
+	}
+	var kept int
+	if err := b.Pool.QueryRow(ctx, `SELECT coalesce(sum(ok), 0) FROM server_poll_hours`).Scan(&kept); err != nil || kept != 7 {
+		t.Fatalf("poll hours kept: %d reads (%v), want the 7 of the hour within the week", kept, err)
 	}
 	if rows(t, b, "task_envelopes", short) != 0 || rows(t, b, "task_timeline", short) != 0 {
 		t.Fatal("envelope or timeline past retention kept")

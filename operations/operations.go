@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/taskgate/taskgate/reconcile"
@@ -117,6 +118,36 @@ func TaskStates() []TaskState {
 		StateFailed, StateCancelled, StateUnobservable, StateExpired}
 }
 
+// Words names the task state for people: "input required", "create not acknowledged",
+// "expired on the server"; the others as they are.
+func (s TaskState) Words() string {
+	switch s {
+	case StateInputRequired:
+		return "input required"
+	case StateCreateUnacknowledged:
+		return "create not acknowledged"
+	case StateExpired:
+		return "expired on the server"
+	}
+	return strings.ReplaceAll(string(s), "_", " ")
+}
+
+// Words names the route for people: "task", "synchronous call", "job API", "handoff to a
+// person", "refusal".
+func (r Route) Words() string {
+	switch r {
+	case RouteSync:
+		return "synchronous call"
+	case RouteJobAPI:
+		return "job API"
+	case RouteHandoff:
+		return "handoff to a person"
+	case RouteReject:
+		return "refusal"
+	}
+	return string(r)
+}
+
 // Routes lists every route (the list filter accepts these).
 func Routes() []Route { return []Route{RouteTask, RouteSync, RouteJobAPI, RouteHandoff, RouteReject} }
 
@@ -141,21 +172,35 @@ const (
 	ReasonServerTextReplaced   = reconcile.ReasonServerTextReplaced
 )
 
-// Timeline sources.
+// Timeline sources: who or what wrote a timeline line. Each is stored as it is (migration 00023).
 const (
-	SourcePoll         = "poll"
+	// SourcePoll is a status read by the watchers (tasks/get, or a job API's job status).
+	SourcePoll = "poll"
+	// SourceNotification is a status notification the server sent.
 	SourceNotification = "notification"
-	SourceOperator     = "operator"
-	SourceCreate       = "create"
-	SourceWatcher      = "watcher"
-
-	// The stored source column admits only the five values above, so the lines that are neither
-	// a person's nor a status read are stored under the nearest true one: the server's answer to
-	// a cancel request as the server's status answer (poll), and the outcome verifier's checks as
-	// Taskgate's own background work (watcher). "operator" is stored only for a person's action.
-	SourceServer   = SourcePoll
-	SourceVerifier = SourceWatcher
+	// SourceCreate is the call to the server and its answer (task creation, a synchronous
+	// call, a job submission).
+	SourceCreate = "create"
+	// SourceWatcher is Taskgate's own background work: a question captured or closed, a result
+	// that could not be fetched, a call never recorded, replaced text.
+	SourceWatcher = "watcher"
+	// SourceVerifier is the outcome verifier's check with the system of record.
+	SourceVerifier = "verifier"
+	// SourceCancelReply is the server's reply to a cancel request (acknowledged, refused, the
+	// status it carried) or, with state cancel_unanswered, its absence.
+	SourceCancelReply = "cancel_reply"
+	// SourceAnswerReply is the server's reply to a person's answer that was not taken (state
+	// input_refused), or the failure to deliver it.
+	SourceAnswerReply = "answer_reply"
+	// SourceOperator is a person's action; the person is named in TimelineEntry.Actor. Never
+	// written for anything the person did not do.
+	SourceOperator = "operator"
 )
+
+// TimelineSources lists every stored timeline source.
+func TimelineSources() []string {
+	return []string{SourcePoll, SourceNotification, SourceCreate, SourceWatcher, SourceVerifier, SourceCancelReply, SourceAnswerReply, SourceOperator}
+}
 
 // Scope is the set of tenants a caller may read and act for. The zero Scope allows nothing.
 type Scope struct {
@@ -222,6 +267,52 @@ type Operation struct {
 	// NeedsPerson is true when the operation has an open question, reconciliation item or
 	// handoff (NeedsPersonSQL).
 	NeedsPerson bool `json:"needs_person"`
+
+	// FailureReason is why the work failed, in the words of whoever said so (the first line
+	// of the tool's error text or of the server's error message, else its final status
+	// message; or a failed job's error), at most 200 characters; "" when it did not fail.
+	// FailureReasonBy says whose words they are: FailedByTool, FailedByServer or
+	// FailedByJobAPI.
+	FailureReason   string `json:"failure_reason,omitempty"`
+	FailureReasonBy string `json:"failure_reason_by,omitempty"`
+}
+
+// Whose words an operation's FailureReason is.
+const (
+	FailedByTool   = "tool"
+	FailedByServer = "server"
+	FailedByJobAPI = "job_api"
+)
+
+// maxFailureReason bounds a stored failure reason, in characters (an ellipsis marks a cut).
+const maxFailureReason = 200
+
+// FailureReason is why a result says the work failed, and whose words they are: for a tool
+// error, a JSON-RPC error or a failed status, the first non-blank line of the result's text
+// (the preview), else of the final status message, bounded to 200 characters. ("", "") when
+// the result is not a failure or says nothing.
+func (e Envelope) FailureReason() (reason, by string) {
+	if !e.ToolError && e.ErrorCode == nil && e.Status != string(StateFailed) {
+		return "", ""
+	}
+	by = FailedByServer
+	if e.ToolError {
+		by = FailedByTool
+	}
+	for _, text := range []string{e.Preview, e.StatusMessage} {
+		line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
+		if line = strings.TrimSpace(line); line != "" {
+			return boundReason(line), by
+		}
+	}
+	return "", ""
+}
+
+func boundReason(s string) string {
+	if r := []rune(s); len(r) > maxFailureReason {
+		return string(r[:maxFailureReason]) + "…"
+	}
+	return s
 }
 
 // Mismatch reports a disagreement between task state and domain outcome worth an alert: the
@@ -297,10 +388,14 @@ type JobRun struct {
 
 // TimelineEntry is one observed status.
 type TimelineEntry struct {
-	At      time.Time `json:"at"`
-	Source  string    `json:"source"`
-	State   string    `json:"state"`
-	Message string    `json:"message,omitempty"`
+	At time.Time `json:"at"`
+	// Source is who or what wrote the line: one of TimelineSources.
+	Source string `json:"source"`
+	// Actor names the person of a line with source operator ("" for every other source, and
+	// for a person's line recorded before names were stored apart and not found in it).
+	Actor   string `json:"actor,omitempty"`
+	State   string `json:"state"`
+	Message string `json:"message,omitempty"`
 }
 
 // Violation is an observed status change the task state machine forbids.
@@ -445,6 +540,17 @@ type Filter struct {
 	Mismatch bool
 	// Attention keeps only operations that need a person.
 	Attention bool
+	// InFlight keeps only operations whose task is creating, working or waiting for input.
+	InFlight bool
+	// NoTask keeps only operations without a task (TaskState is then ignored).
+	NoTask bool
+	// ToolError, when set, keeps only operations whose task's result is (true) or is not
+	// (false) a tool error.
+	ToolError *bool
+	// Window, when positive, keeps only the operations the overview's matrix counts over that
+	// window: started within it, or still open (task creating, working or waiting for input),
+	// or marked for attention (RecentSQL).
+	Window time.Duration
 	// Search keeps operations whose business key contains it, or whose operation id, task id
 	// or idempotency key is it.
 	Search string

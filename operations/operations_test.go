@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,6 +135,15 @@ func TestJobAPIRouteFollowsTheJob(t *testing.T) {
 	}
 	if d.Task != nil {
 		t.Fatalf("job route has a task row: %+v", d.Task)
+	}
+	// The submission and the job API's answer to it are the call's; later statuses are reads.
+	var lines []string
+	for _, e := range d.Timeline {
+		lines = append(lines, e.State+"="+e.Source)
+	}
+	got := strings.Join(lines, " ")
+	if !strings.HasPrefix(got, "submitting=create job_queued=create") || !strings.HasSuffix(got, "job_succeeded=poll") {
+		t.Fatalf("job timeline %s: want the submission and its answer from the call, the end from a poll", got)
 	}
 }
 
@@ -280,12 +290,22 @@ func TestCancelKeepsTheOutcomeUnverified(t *testing.T) {
 			}
 			// The stored timeline names who wrote each line: the person's request as operator,
 			// the server's acknowledgement as the server's answer, never as a person's.
-			sources := map[string]string{}
+			// The status the cancel reply carried is the reply's too, never a poll (no watcher
+			// runs yet, so no line here is a poll).
+			sources, actors := map[string]string{}, map[string]string{}
 			for _, e := range b.Detail(t, id).Timeline {
-				sources[e.State] = e.Source
+				sources[e.State], actors[e.State] = e.Source, e.Actor
+				if e.Source == operations.SourcePoll {
+					t.Errorf("a line stored as a poll before any poll: %+v", e)
+				}
+				if e.Actor != "" && e.Source != operations.SourceOperator {
+					t.Errorf("a line names a person but is not a person's: %+v", e)
+				}
 			}
-			if sources["cancel_requested"] != operations.SourceOperator || sources["cancel_acknowledged"] != operations.SourceServer {
-				t.Fatalf("timeline sources = %v: want cancel_requested by operator, cancel_acknowledged by the server (%s)", sources, operations.SourceServer)
+			if sources["cancel_requested"] != operations.SourceOperator || actors["cancel_requested"] != "alice" ||
+				sources["cancel_acknowledged"] != operations.SourceCancelReply {
+				t.Fatalf("timeline sources = %v actors = %v: want cancel_requested by operator alice, cancel_acknowledged as the server's reply (%s)",
+					sources, actors, operations.SourceCancelReply)
 			}
 			_, passes := b.Watcher(t, "r1", nil)
 			opstest.WaitFor(t, passes, 10*time.Second, "cancelled", func() bool { return b.Detail(t, id).Task.State == operations.StateCancelled })

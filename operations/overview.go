@@ -86,8 +86,7 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 	b := &pgx.Batch{}
 	b.Queue(`SELECT o.workflow, o.route, coalesce(t.state, ''), coalesce(t.tool_error, false), o.domain_outcome, count(*)
 		FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
-		WHERE ($1 OR o.tenant = ANY($2))
-		  AND (o.created_at > now() - $3 * interval '1 hour' OR t.state IN ('creating', 'working', 'input_required') OR o.attention IS NOT NULL)
+		WHERE ($1 OR o.tenant = ANY($2)) AND `+fmt.Sprintf(RecentSQL, "$3")+`
 		GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5`, all, tenants, hours).Query(func(rows pgx.Rows) error {
 		var err error
 		ov.Cells, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (MatrixCell, error) {
@@ -98,7 +97,7 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 	})
 	b.Queue(`SELECT o.workflow, count(*), count(*) FILTER (WHERE t.state = 'input_required')
 		FROM tasks t JOIN operations o ON o.id = t.operation_id
-		WHERE ($1 OR o.tenant = ANY($2)) AND t.state IN ('creating', 'working', 'input_required') GROUP BY 1`, all, tenants).Query(func(rows pgx.Rows) error {
+		WHERE ($1 OR o.tenant = ANY($2)) AND `+InFlightSQL+` GROUP BY 1`, all, tenants).Query(func(rows pgx.Rows) error {
 		var wf string
 		var n, in int
 		_, err := pgx.ForEachRow(rows, []any{&wf, &n, &in}, func() error {
@@ -107,8 +106,9 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 		})
 		return err
 	})
-	b.Queue(`SELECT o.workflow, count(*) FROM reconciliation_items ri JOIN operations o ON o.id = ri.operation_id
-		WHERE ($1 OR o.tenant = ANY($2)) AND ri.closed_at IS NULL GROUP BY 1`, all, tenants).Query(func(rows pgx.Rows) error {
+	// Open items by the item's own tenant and workflow, as the queue filters them.
+	b.Queue(`SELECT ri.workflow, count(*) FROM reconciliation_items ri
+		WHERE ($1 OR ri.tenant = ANY($2)) AND ri.closed_at IS NULL GROUP BY 1`, all, tenants).Query(func(rows pgx.Rows) error {
 		var wf string
 		var n int
 		_, err := pgx.ForEachRow(rows, []any{&wf, &n}, func() error {
@@ -119,7 +119,8 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 	})
 	b.Queue(`SELECT v.task_id, v.from_state, v.to_state, v.source, v.observed_at, v.kind, v.detail, o.id, o.tenant, o.workflow
 		FROM transition_violations v JOIN operations o ON o.id = v.operation_id
-		WHERE ($1 OR o.tenant = ANY($2)) ORDER BY v.observed_at DESC, v.id DESC LIMIT 10`, all, tenants).Query(func(rows pgx.Rows) error {
+		WHERE ($1 OR o.tenant = ANY($2)) AND v.observed_at > now() - $3 * interval '1 hour'
+		ORDER BY v.observed_at DESC, v.id DESC LIMIT 10`, all, tenants, hours).Query(func(rows pgx.Rows) error {
 		var err error
 		ov.Violations, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecentViolation, error) {
 			var v RecentViolation

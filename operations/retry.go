@@ -58,6 +58,7 @@ func (s *Service) Retry(ctx context.Context, id, by string) error {
 	}
 	err = pgx.BeginFunc(ctx, s.cfg.Store.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE operations SET domain_outcome = 'pending', attention = NULL, attention_reason = NULL,
+			failure_reason = NULL, failure_reason_by = NULL,
 			updated_at = now() WHERE id = $1 AND domain_outcome = 'not_applied'`, id)
 		if err != nil {
 			return fmt.Errorf("retry %s: %w", id, err)
@@ -96,7 +97,7 @@ func (s *Service) Retry(ctx context.Context, id, by string) error {
 				return fmt.Errorf("retry %s: reset job: %w", id, err)
 			}
 		}
-		return addTimeline(ctx, tx, id, SourceOperator, "retry", "retry requested by "+by+" after not_applied; same idempotency key")
+		return addPersonTimeline(ctx, tx, id, by, "retry", "retry requested by "+by+" after not_applied; same idempotency key")
 	})
 	if err != nil {
 		return err

@@ -67,7 +67,7 @@ func (PolicyRouter) Decide(_ context.Context, in RouteInput) (Decision, error) {
 	wf := in.Workflow
 	fallback := func(code, why string) Decision {
 		r := Route(wf.Fallback.Kind)
-		return Decision{Route: r, ReasonCode: code, Reason: why + "; fallback " + string(r) + "."}
+		return Decision{Route: r, ReasonCode: code, Reason: why + "; fallback: " + r.Words() + "."}
 	}
 	if wf.TaskUse == config.TaskNever {
 		return fallback("task_use_never", "The workflow never runs as a Task"), nil
@@ -695,7 +695,7 @@ func (s *Service) submitJob(ctx context.Context, op Operation, wf *config.Workfl
 		s.refuse(ctx, op, fmt.Sprintf("job API refused the job (HTTP %d)", resp.StatusCode), true)
 		return
 	}
-	if err := s.cfg.Store.UpdateJob(ctx, op.ID, j, s.cfg.Now().Add(s.cfg.DefaultPoll)); err != nil {
+	if err := s.cfg.Store.UpdateJob(ctx, op.ID, j, s.cfg.Now().Add(s.cfg.DefaultPoll), SourceCreate); err != nil {
 		log.Error("record job", "err", err)
 	}
 }
@@ -735,8 +735,10 @@ func firstNonEmpty(a, b string) string {
 
 func jobDone(status string) bool { return status == "succeeded" || status == "failed" }
 
-// UpdateJob stores a job's status and the time of its next poll (none once it ended).
-func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next time.Time) error {
+// UpdateJob stores a job's status and the time of its next poll (none once it ended); a
+// changed status goes on the timeline under source: SourceCreate for the job API's answer to
+// the submission, SourcePoll for a status read.
+func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next time.Time, source string) error {
 	var nextAt *time.Time
 	if !jobDone(j.Status) {
 		nextAt = &next
@@ -751,8 +753,15 @@ func (s *Store) UpdateJob(ctx context.Context, opID string, j jobAnswer, next ti
 	if err := callRecorded(ctx, s.pool, opID); err != nil {
 		return err
 	}
+	if j.Status == "failed" && old != j.Status {
+		if reason := boundReason(strings.TrimSpace(sanitize(j.Error, 300))); reason != "" {
+			if _, err := s.pool.Exec(ctx, `UPDATE operations SET failure_reason = $2, failure_reason_by = $3 WHERE id = $1`, opID, reason, FailedByJobAPI); err != nil {
+				return fmt.Errorf("store failure reason of %s: %w", opID, err)
+			}
+		}
+	}
 	if old != j.Status {
-		return s.AddTimeline(ctx, opID, SourcePoll, "job_"+j.Status, "job "+j.Status)
+		return s.AddTimeline(ctx, opID, source, "job_"+j.Status, "job "+j.Status)
 	}
 	return nil
 }
@@ -810,7 +819,7 @@ func (s *Service) FollowDueJobs(ctx context.Context, replica string, n int, leas
 		if resp.StatusCode != http.StatusOK || derr != nil || !j.usable() {
 			continue // polled again after the interval; an unusable answer is never stored
 		}
-		if err := s.cfg.Store.UpdateJob(ctx, d.op, j, s.cfg.Now().Add(s.cfg.DefaultPoll)); err != nil {
+		if err := s.cfg.Store.UpdateJob(ctx, d.op, j, s.cfg.Now().Add(s.cfg.DefaultPoll), SourcePoll); err != nil {
 			s.cfg.Logger.Error("record job status", "operation", d.op, "err", err)
 		}
 	}

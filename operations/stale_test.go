@@ -25,7 +25,7 @@ func TestObservationAgainstAFinalStateIsStaleOrAViolationByItsBasis(t *testing.T
 		{"status read sent while input was required is stale", operations.SourcePoll, operations.StateInputRequired, false},
 		{"status read sent on the final state is a violation", operations.SourcePoll, operations.StateCompleted, true},
 		{"status read without a basis is a violation", operations.SourcePoll, "", true},
-		{"cancel answer sent while working is stale", operations.SourceServer, operations.StateWorking, false},
+		{"cancel answer sent while working is stale", operations.SourceCancelReply, operations.StateWorking, false},
 		{"notification whose connection never saw the final state is stale", operations.SourceNotification, "", false},
 		{"notification after its own stream said completed is a violation", operations.SourceNotification, operations.StateCompleted, true},
 	}

@@ -367,7 +367,7 @@ const opColumns = `o.id, o.tenant, o.workflow, o.idempotency_key, o.request_sha2
 	coalesce(t.result_state, ''), t.cancel_requested_at, coalesce(t.cancel_requested_by, ''), t.cancel_acknowledged_at, t.terminal_at,
 	coalesce(t.session_id, ''), t.capabilities, coalesce(t.server_name, ''), coalesce(t.server_version, ''),
 	j.operation_id IS NOT NULL, coalesce(j.job_id, ''), coalesce(j.status, ''), coalesce(j.receipt_id, ''), coalesce(j.error, ''),
-	coalesce(j.polls, 0), coalesce(j.base_url, ''), ` + NeedsPersonSQL
+	coalesce(j.polls, 0), coalesce(j.base_url, ''), coalesce(o.failure_reason, ''), coalesce(o.failure_reason_by, ''), ` + NeedsPersonSQL
 
 const opFrom = ` FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id LEFT JOIN job_runs j ON j.operation_id = o.id`
 
@@ -384,7 +384,7 @@ func scanOperation(row pgx.Row) (Operation, error) {
 		&reqTTL, &ttl, &poll, &t.Deadline, &t.NextPollAt, &t.Polls, &t.FailureKind,
 		&t.ResultState, &t.CancelRequested, &t.CancelBy, &t.CancelAcked, &t.TerminalAt,
 		&t.sessionID, &t.capabilities, &t.serverName, &t.serverVersion,
-		&hasJob, &j.JobID, &j.Status, &j.ReceiptID, &j.Error, &j.Polls, &j.baseURL, &o.NeedsPerson); err != nil {
+		&hasJob, &j.JobID, &j.Status, &j.ReceiptID, &j.Error, &j.Polls, &j.baseURL, &o.FailureReason, &o.FailureReasonBy, &o.NeedsPerson); err != nil {
 		return o, err
 	}
 	dur := func(p *int64) *time.Duration {
@@ -442,13 +442,13 @@ func (s *Store) Detail(ctx context.Context, id string) (Detail, error) {
 		return Detail{}, err
 	}
 	d := Detail{Operation: op, Timeline: []TimelineEntry{}, Violations: []Violation{}, Inputs: []PendingInput{}, Mismatched: op.Mismatch()}
-	rows, err := s.pool.Query(ctx, `SELECT at, source, state, message FROM task_timeline WHERE operation_id = $1 ORDER BY id`, id)
+	rows, err := s.pool.Query(ctx, `SELECT at, source, coalesce(actor, ''), state, message FROM task_timeline WHERE operation_id = $1 ORDER BY id`, id)
 	if err != nil {
 		return d, fmt.Errorf("timeline of %s: %w", id, err)
 	}
 	d.Timeline, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TimelineEntry, error) {
 		var e TimelineEntry
-		return e, r.Scan(&e.At, &e.Source, &e.State, &e.Message)
+		return e, r.Scan(&e.At, &e.Source, &e.Actor, &e.State, &e.Message)
 	})
 	if err != nil {
 		return d, fmt.Errorf("timeline of %s: %w", id, err)
@@ -732,16 +732,34 @@ func textReplaced(ctx context.Context, tx pgx.Tx, opID, what string) error {
 	return markUnknown(ctx, tx, opID, "", ReasonServerTextReplaced, msg)
 }
 
+// addTimeline appends a line written by source, which is never a person (see addPersonTimeline).
 func addTimeline(ctx context.Context, q querier, opID, source, state, message string) error {
+	if source == SourceOperator {
+		return fmt.Errorf("timeline of %s: a person's line names the person (addPersonTimeline)", opID)
+	}
+	return insertTimeline(ctx, q, opID, source, nil, state, message)
+}
+
+// addPersonTimeline appends a line for an action of the person actor.
+func addPersonTimeline(ctx context.Context, q querier, opID, actor, state, message string) error {
+	return insertTimeline(ctx, q, opID, SourceOperator, &actor, state, message)
+}
+
+func insertTimeline(ctx context.Context, q querier, opID, source string, actor *string, state, message string) error {
 	message, _ = safetext.Clean(message)
-	if _, err := q.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1,$2,$3,$4)`,
-		opID, source, state, message); err != nil {
+	if actor != nil {
+		a := safetext.CutPlain(*actor, 200)
+		actor = &a
+	}
+	if _, err := q.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, actor, state, message) VALUES ($1,$2,$3,$4,$5)`,
+		opID, source, actor, state, message); err != nil {
 		return fmt.Errorf("timeline of %s: %w", opID, err)
 	}
 	return nil
 }
 
-// AddTimeline appends a timeline entry.
+// AddTimeline appends a timeline entry written by source, which may not be SourceOperator: a
+// person's actions are recorded by the methods that carry them out, with the person's name.
 func (s *Store) AddTimeline(ctx context.Context, opID, source, state, message string) error {
 	return addTimeline(ctx, s.pool, opID, source, state, message)
 }
@@ -1121,6 +1139,12 @@ func (s *Store) RecordEnvelope(ctx context.Context, opID string, e Envelope, sou
 				return err
 			}
 		}
+		// Why it failed, in the words kept above (answers cut out), on the operation itself.
+		if reason, by := e.FailureReason(); tag.RowsAffected() == 1 && reason != "" {
+			if _, err := tx.Exec(ctx, `UPDATE operations SET failure_reason = $2, failure_reason_by = $3 WHERE id = $1`, opID, reason, by); err != nil {
+				return fmt.Errorf("store failure reason of %s: %w", opID, err)
+			}
+		}
 		var from TaskState
 		err = tx.QueryRow(ctx, `SELECT state FROM tasks WHERE operation_id = $1 FOR UPDATE`, opID).Scan(&from)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -1270,7 +1294,7 @@ func (s *Store) MarkInputAnswered(ctx context.Context, opID, key, by, action str
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("input %q of %s: %w", key, opID, ErrNoPendingInput)
 		}
-		if err := addTimeline(ctx, tx, opID, SourceOperator, "input_answered", fmt.Sprintf("input %s answered (%s) by %s", key, action, by)); err != nil {
+		if err := addPersonTimeline(ctx, tx, opID, by, "input_answered", fmt.Sprintf("input %s answered (%s) by %s", key, action, by)); err != nil {
 			return err
 		}
 		return runAlso(ctx, tx, also)
@@ -1284,7 +1308,7 @@ func (s *Store) RequestCancel(ctx context.Context, opID, by, reason string, also
 			cancel_requested_by = coalesce(cancel_requested_by, $2), cancel_reason = coalesce(cancel_reason, $3) WHERE operation_id = $1`, opID, by, reason); err != nil {
 			return fmt.Errorf("record cancel of %s: %w", opID, err)
 		}
-		if err := addTimeline(ctx, tx, opID, SourceOperator, "cancel_requested", "cancel requested by "+by+": "+reason); err != nil {
+		if err := addPersonTimeline(ctx, tx, opID, by, "cancel_requested", "cancel requested by "+by+": "+reason); err != nil {
 			return err
 		}
 		return runAlso(ctx, tx, also)
@@ -1297,7 +1321,7 @@ func (s *Store) AckCancel(ctx context.Context, opID string, also ...TxFunc) erro
 		if _, err := tx.Exec(ctx, `UPDATE tasks SET cancel_acknowledged_at = coalesce(cancel_acknowledged_at, now()) WHERE operation_id = $1`, opID); err != nil {
 			return err
 		}
-		if err := addTimeline(ctx, tx, opID, SourceServer, "cancel_acknowledged", "the server acknowledged the cancel request"); err != nil {
+		if err := addTimeline(ctx, tx, opID, SourceCancelReply, "cancel_acknowledged", "the server acknowledged the cancel request"); err != nil {
 			return err
 		}
 		return runAlso(ctx, tx, also)

@@ -56,16 +56,7 @@ func (s *Store) Preview(ctx context.Context, scope Scope, f Filter) (int, error)
 	if f.State == "closed" || f.State == "all" || f.State == string(StateSettled) || f.State == string(StateResolved) {
 		return 0, fmt.Errorf("%w: bulk actions apply to open items only", ErrInvalid)
 	}
-	var args []any
-	w, err := where(scope, f, &args)
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM reconciliation_items r WHERE `+w, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("preview: %w", err)
-	}
-	return n, nil
+	return s.Count(ctx, scope, f)
 }
 
 // Bulk runs one action over every open item the filter selects in scope, as one audited batch

@@ -256,6 +256,10 @@ type Item struct {
 	TaskState      string
 	// ToolError is true when the task completed with a tool error (isError) as its result.
 	ToolError bool
+	// FailureReason is why the work failed, in the words of whoever said so (the tool, the
+	// server or the job API, named by FailureReasonBy); "" when it did not fail. See
+	// operations.Operation.FailureReason.
+	FailureReason, FailureReasonBy string
 }
 
 // Open reports whether the item still waits for a verifier or a person.
@@ -310,6 +314,8 @@ type Page struct {
 	Items []Item
 	// Next is the cursor of the next page, "" on the last.
 	Next string
+	// Total is the number of items the filter selects over all pages.
+	Total int
 }
 
 // Resolution is what a person resolves an item with.

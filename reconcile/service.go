@@ -219,15 +219,16 @@ func (s *Service) claimChecks(ctx context.Context) ([]check, error) {
 // facts are what a verification needs to know about an operation.
 type facts struct {
 	tenant, workflow, route, outcome, taskState string
+	toolError                                   bool
 	jobID, jobBase                              string
 }
 
 func (s *Service) facts(ctx context.Context, opID string) (facts, error) {
 	var f facts
 	err := s.cfg.Pool.QueryRow(ctx, `SELECT o.tenant, o.workflow, o.route, o.domain_outcome, coalesce(t.state, ''),
-		coalesce(j.job_id, ''), coalesce(j.base_url, '')
+		coalesce(t.tool_error, false), coalesce(j.job_id, ''), coalesce(j.base_url, '')
 		FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id LEFT JOIN job_runs j ON j.operation_id = o.id WHERE o.id = $1`, opID).
-		Scan(&f.tenant, &f.workflow, &f.route, &f.outcome, &f.taskState, &f.jobID, &f.jobBase)
+		Scan(&f.tenant, &f.workflow, &f.route, &f.outcome, &f.taskState, &f.toolError, &f.jobID, &f.jobBase)
 	if err != nil {
 		return f, fmt.Errorf("operation %s: %w", opID, err)
 	}
@@ -280,13 +281,20 @@ func recordAnswer(ctx context.Context, q Querier, opID string, item *int64, tena
 	return nil
 }
 
-// mismatch reports a task state the verified outcome contradicts.
-func mismatch(taskState string, o Outcome) bool {
-	switch taskState {
-	case "failed", "cancelled":
-		return o == OutcomeApplied
-	case "completed":
-		return o == OutcomeNotApplied
+// Mismatch is the one rule by which a task state and a domain outcome disagree (the
+// operations package's Mismatch and MismatchSQL say the same): the server said the work failed
+// or was cancelled, or the tool answered with an error, while the system of record confirms the
+// effect applied; or the server said it completed without a tool error while the system of
+// record confirms it did not apply. A tool error confirmed "not applied" is agreement, as a
+// failed task confirmed "not applied" is. Open states and outcomes still pending or unknown
+// never disagree. toolError counts only for a completed task (a 2026-07-28 server ends an
+// isError result completed; a 2025-11-25 one ends it failed).
+func Mismatch(taskState string, toolError bool, outcome string) bool {
+	switch {
+	case taskState == "failed", taskState == "cancelled", taskState == "completed" && toolError:
+		return outcome == string(OutcomeApplied)
+	case taskState == "completed":
+		return outcome == string(OutcomeNotApplied)
 	}
 	return false
 }
@@ -355,7 +363,7 @@ func (s *Service) check(ctx context.Context, c check) error {
 			if err := timeline(ctx, tx, c.opID, sourceVerifier, "verified", "verifier ("+src+"): "+string(a.Outcome)); err != nil {
 				return err
 			}
-			if mismatch(f.taskState, a.Outcome) {
+			if Mismatch(f.taskState, f.toolError, string(a.Outcome)) {
 				_, err := OpenTx(ctx, tx, c.opID, ReasonTaskDomainMismatch, fmt.Sprintf("task %s but the system of record says %s", f.taskState, a.Outcome))
 				return err
 			}
@@ -508,7 +516,7 @@ func (s *Service) reverify(ctx context.Context, d dueItem) error {
 				After: map[string]any{"outcome": a.Outcome, "source": src, "attempts": d.attempts}, Reason: a.Detail}); err != nil {
 				return err
 			}
-			if mismatch(f.taskState, a.Outcome) {
+			if Mismatch(f.taskState, f.toolError, string(a.Outcome)) {
 				_, err := OpenTx(ctx, tx, d.opID, ReasonTaskDomainMismatch, fmt.Sprintf("task %s but the system of record says %s", f.taskState, a.Outcome))
 				return err
 			}

@@ -102,7 +102,7 @@ const itemColumns = `r.id, r.public_id::text, r.operation_id, r.tenant, r.workfl
 	(SELECT b.public_id::text FROM reconciliation_batches b WHERE b.id = r.batch_id),
 	r.retried_at, coalesce(r.retried_by, ''),
 	o.object_ref, o.intended_effect, o.route, o.idempotency_key, o.domain_outcome, coalesce(t.state, ''),
-	coalesce(t.tool_error, false)`
+	coalesce(t.tool_error, false), coalesce(o.failure_reason, ''), coalesce(o.failure_reason_by, '')`
 
 const itemFrom = ` FROM reconciliation_items r JOIN operations o ON o.id = r.operation_id LEFT JOIN tasks t ON t.operation_id = r.operation_id`
 
@@ -112,7 +112,7 @@ func scanItem(row pgx.Row) (Item, error) {
 	err := row.Scan(&i.seq, &i.ID, &i.OperationID, &i.Tenant, &i.Workflow, &i.Reason, &i.Detail, &i.State, &i.Attempts, &i.NextVerifyAt,
 		&i.OpenedAt, &i.ClosedAt, &i.ClaimedBy, &i.ClaimedAt, &i.ClaimExpiresAt, &res, &i.ResolutionReason, &i.Note,
 		&i.EvidenceURL, &i.ClosedBy, &i.BatchID, &i.RetriedAt, &i.RetriedBy,
-		&i.ObjectRef, &i.IntendedEffect, &i.Route, &i.IdempotencyKey, &i.DomainOutcome, &i.TaskState, &i.ToolError)
+		&i.ObjectRef, &i.IntendedEffect, &i.Route, &i.IdempotencyKey, &i.DomainOutcome, &i.TaskState, &i.ToolError, &i.FailureReason, &i.FailureReasonBy)
 	i.Resolution = Outcome(res)
 	// An expired claim is no claim: nobody holds it.
 	if i.ClaimExpiresAt != nil && !i.ClaimExpiresAt.After(time.Now()) {
@@ -249,12 +249,30 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 		return Page{}, fmt.Errorf("list reconciliation items: %w", err)
 	}
 	p := Page{Items: items}
+	if p.Total, err = s.Count(ctx, scope, f); err != nil {
+		return Page{}, err
+	}
 	if len(items) > f.Limit {
 		p.Items = items[:f.Limit]
 		last := p.Items[f.Limit-1]
 		p.Next = base64.RawURLEncoding.EncodeToString([]byte(last.OpenedAt.UTC().Format(time.RFC3339Nano) + "|" + last.ID))
 	}
 	return p, nil
+}
+
+// Count is the real number of items List selects for scope and f over all its pages (f.After
+// is ignored): the number the queue, its tile and its bulk preview show.
+func (s *Store) Count(ctx context.Context, scope Scope, f Filter) (int, error) {
+	var args []any
+	w, err := where(scope, f, &args)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM reconciliation_items r WHERE `+w, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count reconciliation items: %w", err)
+	}
+	return n, nil
 }
 
 func decodeCursor(c string) (time.Time, string, error) {
@@ -420,7 +438,7 @@ func resolveTx(ctx context.Context, tx pgx.Tx, actor audit.Actor, it Item, r Res
 		truncate(actor.Name+": "+r.Reason+" — "+note, 1000)); err != nil {
 		return it, fmt.Errorf("record resolution of item %s: %w", it.ID, err)
 	}
-	if err := timeline(ctx, tx, it.OperationID, sourcePerson, "reconciled", fmt.Sprintf("resolved %s by %s (%s)", r.Outcome, actor.Name, r.Reason)); err != nil {
+	if err := personTimeline(ctx, tx, it.OperationID, actor.Name, "reconciled", fmt.Sprintf("resolved %s by %s (%s)", r.Outcome, actor.Name, r.Reason)); err != nil {
 		return it, err
 	}
 	after := map[string]any{"state": it.State, "resolution": r.Outcome, "domain_outcome": it.DomainOutcome, "evidence": evidence}
@@ -450,12 +468,16 @@ func (s *Store) Resolve(ctx context.Context, actor audit.Actor, scope Scope, id 
 	return it, err
 }
 
-// setOutcome sets an operation's domain outcome from a verified source, clears its attention
-// and stores the verified outcome with its receipt. Applied, not_applied and compensated only.
+// setOutcome sets an operation's domain outcome from a verified source, clears its attention,
+// closes its handoff (the work handed to a person is settled, so it no longer needs one) and
+// stores the verified outcome with its receipt. Applied, not_applied and compensated only.
 func setOutcome(ctx context.Context, q Querier, opID, outcome, source, receipt string) error {
 	if _, err := q.Exec(ctx, `UPDATE operations SET domain_outcome = $2, attention = NULL, attention_reason = NULL, updated_at = now()
 		WHERE id = $1`, opID, outcome); err != nil {
 		return fmt.Errorf("set outcome of %s: %w", opID, err)
+	}
+	if _, err := q.Exec(ctx, `UPDATE handoff_items SET closed_at = now() WHERE operation_id = $1 AND closed_at IS NULL`, opID); err != nil {
+		return fmt.Errorf("close handoff of %s: %w", opID, err)
 	}
 	if _, err := q.Exec(ctx, `INSERT INTO verified_outcomes (operation_id, outcome, source, receipt) VALUES ($1,$2,$3,$4)
 		ON CONFLICT (operation_id) DO UPDATE SET outcome = excluded.outcome, source = excluded.source, receipt = excluded.receipt,
@@ -465,17 +487,24 @@ func setOutcome(ctx context.Context, q Querier, opID, outcome, source, receipt s
 	return nil
 }
 
-// Timeline sources written here. The stored source column admits poll, notification, operator,
-// create and watcher only: a person's resolution is stored as operator, the verifier's checks as
-// watcher (Taskgate's own background work), never as a person's.
-const (
-	sourcePerson   = "operator"
-	sourceVerifier = "watcher"
-)
+// Timeline sources written here (the operations package's SourceVerifier and SourceOperator):
+// the verifier's checks as the verifier's, a person's resolution as a person's, with the
+// person's name in its own column.
+const sourceVerifier = "verifier"
 
+// timeline appends a line written by the verifier.
 func timeline(ctx context.Context, q Querier, opID, source, state, msg string) error {
 	if _, err := q.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1,$2,$3,$4)`,
 		opID, source, state, truncate(msg, 500)); err != nil {
+		return fmt.Errorf("timeline of %s: %w", opID, err)
+	}
+	return nil
+}
+
+// personTimeline appends a line for an action of the person actor.
+func personTimeline(ctx context.Context, q Querier, opID, actor, state, msg string) error {
+	if _, err := q.Exec(ctx, `INSERT INTO task_timeline (operation_id, source, actor, state, message) VALUES ($1,'operator',$2,$3,$4)`,
+		opID, truncate(actor, 200), state, truncate(msg, 500)); err != nil {
 		return fmt.Errorf("timeline of %s: %w", opID, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ package rollout
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/twmb/murmur3"
@@ -397,7 +398,7 @@ func (d Decision) withFallback(in Input, r Reason, why string) Decision {
 			}
 		}
 		d.Route, d.MaxSync = RouteSync, w.Fallback.MaxDuration.Duration
-		d.Sentence = fmt.Sprintf("Synchronous call (at most %s): %s.", w.Fallback.MaxDuration.Duration, why)
+		d.Sentence = fmt.Sprintf("Synchronous call (at most %s): %s.", durationWords(w.Fallback.MaxDuration.Duration), why)
 	case config.FallbackJobAPI:
 		d.Route = RouteJobAPI
 		d.Sentence = "Incumbent job API: " + why + "."
@@ -431,4 +432,22 @@ func Fallback(w config.Workflow, d Decision, err error) (Decision, bool) {
 		out.Route, out.Sentence = RouteReject, "Rejected: "+why+"."
 	}
 	return out, true
+}
+
+// durationWords says a policy duration as people write it: "300 ms", "2 s", "1.5 s", "30 min",
+// "1 h 30 min".
+func durationWords(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
+	case d < time.Hour && d%time.Minute == 0:
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min %d s", int(d.Minutes()), int(d.Seconds())%60)
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d h", int(d.Hours()))
+	}
+	return fmt.Sprintf("%d h %d min", int(d.Hours()), int(d.Minutes())%60)
 }

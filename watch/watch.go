@@ -86,6 +86,16 @@ type Config struct {
 	Logger *slog.Logger
 	// AfterPass, when set, is called after every pass with the number of tasks it polled.
 	AfterPass func(polled int)
+
+	// PollLog, when set, counts every status read of a task (answered or failed) by server
+	// and tenant for the Servers page's poll-load chart (operations.PollLog). It is called
+	// once per read, where the polls metric is counted, and must not block.
+	PollLog PollCounter
+}
+
+// PollCounter counts status reads; operations.PollLog is one.
+type PollCounter interface {
+	Add(server, tenant string, ok bool)
 }
 
 func (c *Config) validate() error {
@@ -470,6 +480,7 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 	conn.Seed(t.TaskID, mcpclient.Status(t.State))
 	snap, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.Snapshot, error) { return conn.GetTask(ctx, t.TaskID) })
 	s.metrics.polls.WithLabelValues(pollResult(err)).Inc()
+	s.countPoll(t.Server, d.Tenant, err)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			s.metrics.budget.WithLabelValues("status", t.Server).Inc()
@@ -518,6 +529,13 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 	}
 	if res.BecameTerminal {
 		s.fetchOutcome(ctx, d, wf, &snap)
+	}
+}
+
+// countPoll gives one status read to the poll log, when there is one.
+func (s *Service) countPoll(server, tenant string, err error) {
+	if s.cfg.PollLog != nil {
+		s.cfg.PollLog.Add(server, tenant, err == nil)
 	}
 }
 

@@ -258,7 +258,8 @@ func (s *Server) handleListOperations(w http.ResponseWriter, r *http.Request) {
 	}
 	f := operations.Filter{Tenant: q.Get("tenant"), Workflow: q.Get("workflow"), Route: operations.Route(q.Get("route")),
 		TaskState: operations.TaskState(q.Get("task_state")), DomainOutcome: operations.Outcome(q.Get("domain_outcome")),
-		Mismatch: q.Get("mismatch") == "true", Attention: q.Get("attention") == "true", After: q.Get("after")}
+		Mismatch: q.Get("mismatch") == "true", Attention: q.Get("attention") == "true", InFlight: q.Get("in_flight") == "true",
+		After: q.Get("after")}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > maxListLimit {
@@ -301,12 +302,12 @@ func checkListQuery(q url.Values) error {
 	}
 	sets := map[string][]string{
 		"route": strs(operations.Routes()), "task_state": strs(operations.TaskStates()), "domain_outcome": strs(operations.Outcomes()),
-		"mismatch": {"true", "false"}, "attention": {"true", "false"},
+		"mismatch": {"true", "false"}, "attention": {"true", "false"}, "in_flight": {"true", "false"},
 	}
 	for name, vals := range q {
 		switch name {
 		case "tenant", "workflow", "after", "limit":
-		case "route", "task_state", "domain_outcome", "mismatch", "attention":
+		case "route", "task_state", "domain_outcome", "mismatch", "attention", "in_flight":
 		default:
 			return fmt.Errorf("%w: unknown filter %q", operations.ErrInvalidRequest, safetext.Cut(name, 60))
 		}

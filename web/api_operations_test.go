@@ -160,12 +160,17 @@ func TestOperationsAPI(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &cancelled); err != nil {
 		t.Fatal(err)
 	}
-	sources := map[string]string{}
+	sources, actors := map[string]string{}, map[string]string{}
 	for _, te := range cancelled.Timeline {
-		sources[te.State] = te.Source
+		sources[te.State], actors[te.State] = te.Source, te.Actor
 	}
-	if sources["cancel_requested"] != operations.SourceOperator || sources["cancel_acknowledged"] != operations.SourceServer {
-		t.Fatalf("API timeline sources %v: want cancel_requested by operator, cancel_acknowledged by the server (%s)", sources, operations.SourceServer)
+	if sources["cancel_requested"] != operations.SourceOperator || actors["cancel_requested"] == "" ||
+		sources["cancel_acknowledged"] != operations.SourceCancelReply || actors["cancel_acknowledged"] != "" {
+		t.Fatalf("API timeline sources %v actors %v: want cancel_requested by a named person, cancel_acknowledged as the server's reply (%s)",
+			sources, actors, operations.SourceCancelReply)
+	}
+	if !strings.Contains(body, `"actor":`) {
+		t.Errorf("the API's timeline does not carry the actor: %s", body)
 	}
 	if res, body := e.apiDo(t, "acme-token", "GET", "/api/v1/openapi.json", "", nil); res.StatusCode != http.StatusOK || !strings.Contains(body, `"openapi": "3.1.0"`) {
 		t.Fatalf("openapi.json: %d %.80s", res.StatusCode, body)

@@ -3,22 +3,36 @@ package web
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/taskgate/taskgate/internal/opstest"
 	"github.com/taskgate/taskgate/reconcile"
 )
 
-// TestBrowserPagesFitAndKeys loads every main page at 1280 and at 390 px and checks that none is
-// wider than the screen, saving a screenshot of each; then "/" focuses the search box and j
-// moves the focus along the rows of a list.
+// TestBrowserPagesFitAndKeys loads every main page (an operation of each kind among them: a
+// question waiting, a failed one with a long reason, a handoff, a synchronous call) at 1280 and
+// at 390 px and checks that none is wider than the screen, saving a screenshot of each; then "/"
+// focuses the search box and j moves the focus along the rows of a list.
 func TestBrowserPagesFitAndKeys(t *testing.T) {
 	t.Parallel()
 	bctx := browser(t)
 	e := newOpsEnv(t)
+	// A failed operation whose tool answered with a long text holding an unbroken token (the
+	// page that was 636 px wide at 390), a handoff and a synchronous call, run to their end
+	// before the watcher stops.
+	failed := e.start(t, "acme", "refund", "fit-3", `{"duration_ms": 10, "outcome": "tool_error", "text": "declined by the system of record: ref `+
+		strings.Repeat("9f86d081884c7d659a2feaa0c55ad015", 6)+` while checking the account of the customer A-fit-3 against the ledger"}`)
+	handoff := e.start(t, "acme", "kyc", "fit-4", `{}`)
+	sync := e.start(t, "acme", "lookup", "fit-5", `{}`)
+	w, passes := e.b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 20*time.Second, "the failed operation's reason", func() bool { return e.b.Detail(t, failed).FailureReason != "" })
+	w.Stop() // from here no poll moves a task on: the question seeded below stays open
 	id := e.start(t, "acme", "refund", "fit-1", `{"outcome": "hang"}`)
 	e.start(t, "acme", "refund", "fit-2", `{"outcome": "hang"}`)
 	if _, err := e.pool.Exec(context.Background(), `INSERT INTO pending_inputs (operation_id, input_key, method, message, fields)
@@ -30,9 +44,16 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	item := e.openItem(t, "acme", "fit-item", reconcile.ReasonSyncTimeout)
+	// A bulk action, for its batch page: claim the one sync_timeout item.
+	res, body := e.do(t, "support", "POST", "/reconcile/bulk", url.Values{"tenant": {"acme"}, "reason": {string(reconcile.ReasonSyncTimeout)},
+		"action": {"claim"}, "confirm": {reconcile.ConfirmPhrase("claim", 1)}})
+	batch := regexp.MustCompile(`data-batch="([^"]+)"`).FindStringSubmatch(body)
+	if res.StatusCode != 200 || batch == nil {
+		t.Fatalf("bulk claim: %d", res.StatusCode)
+	}
 	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
 	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 120*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, 240*time.Second)
 	defer cancelT()
 	u := e.users["admin"]
 	if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=signin-form]`)),
@@ -42,7 +63,9 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 	}
 	pages := map[string]string{"overview": "/", "inbox": "/inbox", "operations": "/operations", "operation": "/operations/" + id,
 		"reconcile": "/reconcile", "reconcile-item": "/reconcile/" + item, "audit": "/audit", "audit-operation": "/audit?operation=" + id,
-		"servers": "/servers", "workflows": "/workflows", "accounts": "/admin/accounts", "tokens": "/admin/tokens", "gates": "/gates"}
+		"servers": "/servers", "workflows": "/workflows", "accounts": "/admin/accounts", "tokens": "/admin/tokens", "gates": "/gates",
+		"operation-failed": "/operations/" + failed, "operation-handoff": "/operations/" + handoff, "operation-sync": "/operations/" + sync,
+		"reconcile-batch": "/reconcile/batches/" + batch[1], "password": passwordPath, "not-found": "/no/such/page"}
 	for _, width := range []int64{1280, 390} {
 		if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, 860)); err != nil {
 			t.Fatal(err)
@@ -63,6 +86,14 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 				t.Errorf("%s at %d px is %d px wide (window %d, beside the scroll bar %d)", path, width, sw, iw, cw)
 			}
 			checkHeader(t, ctx, path, width)
+			if name == "reconcile" && width == 1280 {
+				// The queue's filters, the operations list's in the same order, sit in one row.
+				rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`new Set(Array.from(document.querySelectorAll('[data-testid=reconcile-filters] > div'))
+					.map(d => Math.round(d.getBoundingClientRect().bottom))).size`))
+				if err != nil || rows != 1 {
+					t.Errorf("the queue's filters take %d rows at 1280 px (%v)", rows, err)
+				}
+			}
 			screenshot(t, ctx, fmt.Sprintf("page-%s-%d", name, width))
 		}
 	}
@@ -133,6 +164,44 @@ func TestBrowserPagesFitAndKeys(t *testing.T) {
 	}
 	if got, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Array.from(document.querySelectorAll("[data-testid=op-row] [data-testid=op-link]")).indexOf(document.activeElement)`)); err != nil || got != 1 {
 		t.Fatalf("after j j the focus is on row %d (%v)", got, err)
+	}
+	// k moves back; Enter opens the row under the focus.
+	if err := chromedp.Do(ctx, chromedp.KeyEvent("k")); err != nil {
+		t.Fatal(err)
+	}
+	first, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const links = Array.from(document.querySelectorAll("[data-testid=op-row] [data-testid=op-link]"));
+		return links.indexOf(document.activeElement) === 0 ? new URL(links[0].href).pathname : "";
+	})()`))
+	if err != nil || first == "" {
+		t.Fatalf("after k the focus is not on the first row (%v)", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.KeyEvent("\r"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=op-facts]`))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.pathname`)); err != nil || got != first {
+		t.Errorf("Enter opened %q, want %q (%v)", got, first, err)
+	}
+	// "/" focuses the search on every page, and j walks the queue's and the inbox's rows too.
+	for _, path := range []string{"/", "/inbox", "/reconcile", "/servers", "/audit", "/workflows", "/operations/" + id} {
+		if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+path), chromedp.WaitVisible(chromedp.CSS(`[data-testid=page-title]`)), chromedp.KeyEvent("/")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.id`)); err != nil || got != "site-search" {
+			t.Errorf("%s: after / the focus is on %q (%v)", path, got, err)
+		}
+		if path != "/reconcile" && path != "/inbox" {
+			continue
+		}
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.activeElement.blur(), true`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx, chromedp.KeyEvent("j")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.dataset.testid || ""`)); err != nil || (got != "item-link" && got != "inbox-op") {
+			t.Errorf("%s: after j the focus is on %q (%v)", path, got, err)
+		}
 	}
 }
 

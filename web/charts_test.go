@@ -25,8 +25,10 @@ func chartRows(body, rowID string, cells ...string) map[string][]string {
 }
 
 // TestServerChartsCountWhatTheQuerySays seeds tasks that ended in different hours, states and
-// servers, and checks every number the Servers page's charts show against a query of the
-// database; the window shrinks to the data (six hours) and grows when older data appears.
+// servers, and the poll log's reads per server, tenant and hour, and checks every number the
+// Servers page's charts show against a query of the database, for all tenants and for one
+// tenant's scope; the window shrinks to the data (six hours) and grows when older data appears.
+// (The watcher's reads reaching the poll log: watch's TestWatcherCountsEveryReadInThePollLog.)
 func TestServerChartsCountWhatTheQuerySays(t *testing.T) {
 	t.Parallel()
 	e := newOpsEnv(t)
@@ -61,59 +63,85 @@ func TestServerChartsCountWhatTheQuerySays(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check := func(wantHours int) {
+	// The poll log: reads per tenant and hour, some failed; globex's are not acme's to see.
+	if _, err := e.pool.Exec(ctx, `INSERT INTO server_poll_hours (server, tenant, hour, ok, errors) VALUES
+		('rcv', 'acme', date_trunc('hour', now(), 'UTC'), 40, 3),
+		('rcv', 'globex', date_trunc('hour', now(), 'UTC'), 100, 50),
+		('rcv', 'acme', date_trunc('hour', now(), 'UTC') - interval '2 hours', 12, 0),
+		('rcv', 'globex', date_trunc('hour', now(), 'UTC') - interval '4 hours', 0, 9),
+		('ghost', 'acme', date_trunc('hour', now(), 'UTC'), 1000, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	check := func(who string, tenants []string, wantHours int) {
 		t.Helper()
-		_, body := e.do(t, "viewer", http.MethodGet, "/servers", nil)
+		_, body := e.do(t, who, http.MethodGet, "/servers", nil)
 		chart := testidText(body, "server-chart-rcv", "figure")
 		if chart == "" {
 			t.Fatalf("no chart for rcv:\n%s", body)
 		}
-		got := chartRows(chart, "server-hour", "sh-ended", "sh-polls", "sh-mean", "sh-errors")
+		got := chartRows(chart, "server-hour", "sh-polls", "sh-poll-errors", "sh-ended", "sh-mean", "sh-errors")
 		if len(got) != wantHours {
-			t.Errorf("the chart shows %d hours, want %d", len(got), wantHours)
+			t.Errorf("%s: the chart shows %d hours, want %d", who, len(got), wantHours)
 		}
-		rows, err := e.pool.Query(ctx, `SELECT to_char(date_trunc('hour', t.terminal_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24'), count(*), sum(t.polls),
-				count(*) FILTER (WHERE t.state IN ('failed', 'unobservable', 'expired') OR t.tool_error), avg(t.terminal_at - o.created_at)
-			FROM tasks t JOIN operations o ON o.id = t.operation_id WHERE t.server = 'rcv' AND t.terminal_at IS NOT NULL GROUP BY 1`)
+		rows, err := e.pool.Query(ctx, `WITH ended AS (
+				SELECT to_char(date_trunc('hour', t.terminal_at, 'UTC') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24') AS hour, count(*) AS n,
+					count(*) FILTER (WHERE t.state IN ('failed', 'unobservable', 'expired') OR t.tool_error) AS errs, avg(t.terminal_at - o.created_at) AS mean
+				FROM tasks t JOIN operations o ON o.id = t.operation_id
+				WHERE t.server = 'rcv' AND t.terminal_at IS NOT NULL AND (o.tenant = ANY($1) OR $1 IS NULL) GROUP BY 1),
+			reads AS (
+				SELECT to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24') AS hour, sum(ok + errors) AS polls, sum(errors) AS failed
+				FROM server_poll_hours WHERE server = 'rcv' AND (tenant = ANY($1) OR $1 IS NULL) GROUP BY 1)
+			SELECT coalesce(ended.hour, reads.hour), coalesce(reads.polls, 0), coalesce(reads.failed, 0), coalesce(ended.n, 0),
+				ended.mean, coalesce(ended.errs, 0)
+			FROM ended FULL JOIN reads ON reads.hour = ended.hour`, tenants)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := map[string][]string{}
+		var totalReads, totalFailed int64
 		for rows.Next() {
 			var hour string
-			var n, polls, errs int
-			var mean time.Duration
-			if err := rows.Scan(&hour, &n, &polls, &errs, &mean); err != nil {
+			var polls, failed int64
+			var n, errs int
+			var mean *time.Duration
+			if err := rows.Scan(&hour, &polls, &failed, &n, &mean, &errs); err != nil {
 				t.Fatal(err)
 			}
-			want[hour] = []string{fmt.Sprint(n), fmt.Sprint(polls), humanDur(mean.Round(100 * time.Millisecond)), fmt.Sprint(errs)}
+			meanWords := "—"
+			if mean != nil {
+				meanWords = humanDur(mean.Round(100 * time.Millisecond))
+			}
+			want[hour] = []string{fmt.Sprint(polls), fmt.Sprint(failed), fmt.Sprint(n), meanWords, fmt.Sprint(errs)}
+			totalReads, totalFailed = totalReads+polls, totalFailed+failed
 		}
 		if rows.Err() != nil {
 			t.Fatal(rows.Err())
 		}
 		for hour, w := range want {
 			if g := got[hour]; strings.Join(g, "|") != strings.Join(w, "|") {
-				t.Errorf("hour %s: chart %v, database %v", hour, g, w)
+				t.Errorf("%s: hour %s: chart %v, database %v", who, hour, g, w)
 			}
 		}
 		for hour, g := range got {
-			if _, ok := want[hour]; !ok && strings.Join(g, "|") != "0|0|—|0" {
-				t.Errorf("hour %s has nothing in the database but the chart shows %v", hour, g)
+			if _, ok := want[hour]; !ok && strings.Join(g, "|") != "0|0|0|—|0" {
+				t.Errorf("%s: hour %s has nothing in the database but the chart shows %v", who, hour, g)
 			}
 		}
 		var total int
-		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE server = 'rcv' AND terminal_at IS NOT NULL`).Scan(&total); err != nil {
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
+			WHERE t.server = 'rcv' AND t.terminal_at IS NOT NULL AND (o.tenant = ANY($1) OR $1 IS NULL)`, tenants).Scan(&total); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(chart, fmt.Sprintf("%d ended", total)) {
-			t.Errorf("the caption does not say %d ended:\n%s", total, chart)
+		if caption := strings.Join(strings.Fields(chart), " "); !strings.Contains(caption, fmt.Sprintf("%d reads (%d failed) · %d ended", totalReads, totalFailed, total)) {
+			t.Errorf("%s: the caption does not say %d reads (%d failed) · %d ended:\n%s", who, totalReads, totalFailed, total, chart)
 		}
 	}
-	check(minChartHours)
+	check("viewer", nil, minChartHours)
+	check("acme-viewer", []string{"acme"}, minChartHours)
 	if _, err := e.pool.Exec(ctx, `UPDATE tasks SET state = 'completed', terminal_at = now() - interval '10 hours', polls = 9, next_poll_at = NULL WHERE operation_id = $1`, ids[5]); err != nil {
 		t.Fatal(err)
 	}
-	check(11)
+	check("viewer", nil, 11)
 }
 
 // TestOverviewChartCountsEndedOperations: the overview's chart counts operations whose work

@@ -160,6 +160,18 @@ func TestTimelineCollapsesQuietPolls(t *testing.T) {
 	if has(buf.String(), "timeline-quiet-polls") {
 		t.Error("a quiet-polls line when every poll is already on the timeline")
 	}
+	// The server's reply to a cancel and the status it carried are no polls: they leave the
+	// count of quiet polls alone.
+	v.D.Task.Polls = 12
+	v.Timeline = append(v.Timeline, TimelineLine{At: at, Until: at, Source: operations.SourceCancelReply, State: "cancel_acknowledged", Count: 1},
+		TimelineLine{At: at, Until: at, Source: operations.SourceCancelReply, State: "cancelled", Count: 1})
+	buf.Reset()
+	if err := opTimeline(v).Render(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	if line := testidText(buf.String(), "timeline-quiet-polls", "tr"); !strings.Contains(line, "10 routine polls saw no change") {
+		t.Fatalf("quiet polls after a cancel reply:\n%s", line)
+	}
 }
 
 // CONSOLE.md rule 6: when the retention janitor has removed a task's envelope and timeline, the

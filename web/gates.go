@@ -211,4 +211,6 @@ func evidenceTone(st gates.Status) string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
 func i64(n int64) string { return strconv.FormatInt(n, 10) }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/operations"
+	"github.com/taskgate/taskgate/reconcile"
 )
 
 // handleHome is the on-call overview: what needs a person, what is in flight, task state ×
@@ -68,6 +69,13 @@ func (s *Server) handleHome(w http.ResponseWriter, r *http.Request) {
 	}
 	v.fill(s, r, ov)
 	v.NeedPerson, v.Working, v.Mismatches = att.Total, working.Total, mism.Total
+	// The reconciliation tile counts with the queue's own query and default filter (open items).
+	if s.deps.Reconcile != nil {
+		if v.OpenRecon, err = s.deps.Reconcile.Count(r.Context(), reconcileScope(r), reconcile.Filter{}); err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+	}
 	s.render(w, r, http.StatusOK, homePage(v))
 }
 

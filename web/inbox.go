@@ -43,14 +43,20 @@ type InboxQuestion struct {
 	Stale string
 }
 
-// staleQuestion says why an open question can no longer be answered usefully: the task moved
-// on, expired or became unobservable.
-func staleQuestion(op operations.Operation) string {
+// staleQuestion says, loudly, why an open question can no longer be answered usefully: the
+// task moved on, expired or became unobservable, or the question's deadline passed ("" when it
+// can be answered). It is the operation page's rule (operations.InputClosedReason), in a
+// sentence.
+func staleQuestion(q operations.Question, now time.Time) string {
+	op := q.Operation
 	if op.Task == nil {
 		return ""
 	}
 	switch st := op.Task.State; st {
 	case operations.StateInputRequired:
+		if why := operations.InputClosedReason(q.PendingInput, st, now); why != "" {
+			return "Too late to answer: " + why + "."
+		}
 		return ""
 	case operations.StateExpired:
 		return "The task expired on the server before this was answered."
@@ -91,7 +97,7 @@ func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request) {
 	now := s.deps.Now()
 	v.Total, v.LastLooked = qs.Total, last
 	for _, q := range qs.Questions {
-		iq := InboxQuestion{Q: q, Row: s.opRow(q.Operation, now), New: q.RequestedAt.After(last), Stale: staleQuestion(q.Operation)}
+		iq := InboxQuestion{Q: q, Row: s.opRow(q.Operation, now), New: q.RequestedAt.After(last), Stale: staleQuestion(q, now)}
 		if iq.New {
 			v.New++
 		}

@@ -247,3 +247,61 @@ func TestAuditRowsOfAnOperation(t *testing.T) {
 		t.Fatalf("targets are not links: %d of %d", countOf(body, "audit-target"), countOf(body, "audit-row"))
 	}
 }
+
+// TestUnansweredQuestionSaysSoLoudly: a question whose deadline passed, whose task expired or
+// became unobservable, or whose task moved on, says so in red on its operation's page and in
+// the inbox, in words, and offers no form to answer it.
+func TestUnansweredQuestionSaysSoLoudly(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	ctx := context.Background()
+	ops := map[string]string{}
+	for _, k := range []string{"deadline", "unobservable", "expired", "moved"} {
+		ops[k] = e.start(t, "acme", "refund", "loud-"+k, `{"outcome": "hang"}`)
+	}
+	for _, q := range []struct{ sql, op string }{
+		{`UPDATE tasks SET state = 'input_required' WHERE operation_id = $1`, "deadline"},
+		{`INSERT INTO pending_inputs (operation_id, input_key, method, message, expires_at) VALUES ($1, 'qd', 'elicitation/create', 'Approve before noon?', now() - interval '1 minute')`, "deadline"},
+		{`UPDATE tasks SET state = 'unobservable' WHERE operation_id = $1`, "unobservable"},
+		{`INSERT INTO pending_inputs (operation_id, input_key, method, message, state) VALUES ($1, 'qu', 'elicitation/create', 'Which account?', 'expired')`, "unobservable"},
+		{`UPDATE tasks SET state = 'expired' WHERE operation_id = $1`, "expired"},
+		{`INSERT INTO pending_inputs (operation_id, input_key, method, message) VALUES ($1, 'qe', 'elicitation/create', 'Confirm the address?')`, "expired"},
+		{`INSERT INTO pending_inputs (operation_id, input_key, method, message, state) VALUES ($1, 'qm', 'elicitation/create', 'Split the refund?', 'moved_on')`, "moved"},
+	} {
+		if _, err := e.pool.Exec(ctx, q.sql, ops[q.op]); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+	snake := regexp.MustCompile(`\b[a-z]+_[a-z_]+\b`)
+	for k, id := range ops {
+		_, page := e.do(t, "operator", "GET", "/operations/"+id, nil)
+		loud := testidText(page, "moved-on", "div")
+		if loud == "" || !strings.Contains(page, `class="flash bad" data-testid="moved-on"`) || countOf(loud, "unanswered") != 1 {
+			t.Errorf("%s: no loud notice on the operation:\n%s", k, loud)
+		}
+		if m := snake.FindString(sliceAfterAll(loud, ">")); m != "" {
+			t.Errorf("%s: the notice says %q in code form", k, m)
+		}
+		if has(page, "input-form") {
+			t.Errorf("%s: the operation offers a form for a question nobody can answer", k)
+		}
+	}
+	_, inbox := e.do(t, "operator", "GET", "/inbox", nil)
+	for _, q := range testidAll(inbox, "inbox-question", "li") {
+		if !has(q, "inbox-stale") || has(q, "input-form") {
+			t.Errorf("an open question nobody can answer is not marked, or offers a form:\n%s", q)
+		}
+	}
+	if n := countOf(inbox, "inbox-question"); n != 2 {
+		t.Errorf("%d open questions in the inbox, want the two still open", n)
+	}
+	if !strings.Contains(inbox, "Too late to answer: the question expired at") {
+		t.Errorf("the question past its deadline does not say so")
+	}
+	moved := testidText(inbox, "inbox-moved-on", "section")
+	for _, msg := range []string{"Which account?", "Split the refund?"} {
+		if !strings.Contains(moved, msg) {
+			t.Errorf("the inbox does not list %q among the questions left without an answer", msg)
+		}
+	}
+}

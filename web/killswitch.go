@@ -101,7 +101,7 @@ func (s *Server) newStartsText(w killswitch.Switch) string {
 	}
 	var parts []string
 	for _, k := range order {
-		what := "fallback " + k
+		what := "fallback " + enumWords(k)
 		if k == "reject" {
 			what = "refused"
 		}

@@ -4,10 +4,12 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/config"
 	"github.com/taskgate/taskgate/operations"
+	"github.com/taskgate/taskgate/reconcile"
 )
 
 // OperationView is the operation detail's model.
@@ -34,8 +36,10 @@ type OperationView struct {
 	Inputs []operations.PendingInput
 	Open   []operations.PendingInput
 	// ClosedWhy says, by question key, why a question can no longer be answered.
-	ClosedWhy    map[string]string
-	MovedOn      bool
+	ClosedWhy map[string]string
+	// Unanswered says, for each question left without an answer, what it asked and why it can
+	// no longer be answered (operations.InputClosedReason).
+	Unanswered   []string
 	CanAnswer    bool
 	WhoMayAnswer string
 	// Cancellation in its real steps (rule 4), shown once a cancel was requested.
@@ -50,6 +54,9 @@ type OperationView struct {
 	Reason, ReasonLabel string
 	// Advice is what the person is meant to do when the operation needs one, "" otherwise.
 	Advice string
+	// NeedsPersonWhy says in words why the operation needs a person (operations'
+	// NeedsPersonSQL: a question, a reconciliation item, a handoff), "" when it needs none.
+	NeedsPersonWhy string
 }
 
 // TimelineLine is one line of the timeline: an entry, or a run of routine observations of one
@@ -118,21 +125,24 @@ func (s *Server) operationView(r *http.Request, d operations.Detail, flash, tone
 		}
 	}
 	v.Timeline, v.LastProgress, v.LastProgressAt = timelineLines(d)
-	v.Reason, v.ReasonLabel = failureReason(d)
+	v.Reason, v.ReasonLabel = failureReason(d.Operation)
 	switch {
 	case d.Reconciliation != nil && d.Reconciliation.ClosedAt == nil:
 		v.Advice = adviceFor(d.Reconciliation.Reason, operations.AttentionReconcile)
 	case d.Attention != "":
 		v.Advice = adviceFor(d.AttentionReason, d.Attention)
 	}
+	v.NeedsPersonWhy = needsPersonWhy(d)
 	v.Inputs = d.Inputs
 	v.ClosedWhy = map[string]string{}
 	for _, in := range d.Inputs {
 		if t != nil {
 			v.ClosedWhy[in.Key] = operations.InputClosedReason(in, t.State, now)
 		}
-		if in.State == "moved_on" {
-			v.MovedOn = true
+		// Loud: every question left without an answer, whatever closed it (the task moved on,
+		// expired or became unobservable, or its deadline passed).
+		if why := v.ClosedWhy[in.Key]; why != "" && in.AnsweredAt == nil {
+			v.Unanswered = append(v.Unanswered, "“"+boundText(in.Message, 80)+"”: "+why)
 		}
 		if in.State == "open" && t != nil && t.State == operations.StateInputRequired && (in.ExpiresAt == nil || in.ExpiresAt.After(now)) {
 			v.Open = append(v.Open, in)
@@ -272,8 +282,7 @@ func (v OperationView) quietPolls() int {
 	}
 	n := v.D.Task.Polls
 	for _, l := range v.Timeline {
-		// The server's answers to a cancel are stored with the poll source but are no poll.
-		if l.Source == operations.SourcePoll && !strings.HasPrefix(l.State, "cancel_") {
+		if l.Source == operations.SourcePoll {
 			n -= l.Count
 		}
 	}
@@ -373,20 +382,10 @@ func cancelWords(d operations.Detail, wf *config.Workflow, progress string, now 
 	return doing, mayHave
 }
 
-// timelineWho names who or what wrote a timeline entry. Entries recorded with the operator source
-// are not all a person's: the verifier's checks and the server's answers to a cancel are named
-// as such, and a person's own entries by the name the entry records.
+// timelineWho names who or what wrote a timeline entry, from its stored source: a person by the
+// name stored with the line, the verifier, the server's reply to a cancel or to an answer, a
+// poll, a notification, the call to the server or the watcher.
 func timelineWho(e operations.TimelineEntry) string {
-	switch e.State {
-	case "verified", "unverified", "no_effect_to_verify", "manual_verification":
-		return "verifier"
-	case "cancel_acknowledged", "cancel_refused":
-		return "server's answer to the cancel"
-	case "cancel_unanswered":
-		return "cancel request (no answer from the server)"
-	case "input_refused":
-		return "answer not taken"
-	}
 	switch e.Source {
 	case operations.SourcePoll:
 		return "poll"
@@ -396,53 +395,81 @@ func timelineWho(e operations.TimelineEntry) string {
 		return "the call to the server"
 	case operations.SourceWatcher:
 		return "watcher"
+	case operations.SourceVerifier:
+		return "verifier"
+	case operations.SourceCancelReply:
+		if e.State == "cancel_unanswered" {
+			return "cancel request (no answer from the server)"
+		}
+		return "server's answer to the cancel"
+	case operations.SourceAnswerReply:
+		return "server's answer to the answer"
 	case operations.SourceOperator:
-		if name := personIn(e.Message); name != "" {
-			return name
+		if e.Actor != "" {
+			return boundText(e.Actor, 80)
 		}
 		return "a person"
 	}
-	return e.Source
+	return boundText(e.Source, 40)
 }
 
-// personIn finds the name in the messages a person's actions record: "… by NAME: reason",
-// "… by NAME (reason)", "… by NAME after …", "… by NAME; …" or "… by NAME" at the end.
-func personIn(msg string) string {
-	i := strings.Index(msg, " by ")
-	if i < 0 {
-		return ""
-	}
-	rest := msg[i+len(" by "):]
-	if j := strings.IndexAny(rest, " :;(,"); j >= 0 {
-		rest = rest[:j]
-	}
-	if rest == "" || len(rest) > 200 {
-		return ""
-	}
-	return rest
-}
-
-// failureReason is why a failed, refused or tool-error result says it failed, in the server's
-// words: the first line of the tool's error text or of the JSON-RPC error message, else the final
-// status message. "" when the work did not fail.
-func failureReason(d operations.Detail) (string, string) {
-	e := d.Envelope
-	if e == nil {
-		return "", ""
-	}
-	failed := e.ToolError || e.ErrorCode != nil || e.Status == string(operations.StateFailed)
-	if !failed {
+// failureReason is why the work failed, in the words of whoever said so, with a label saying
+// whose they are: the reason stored on the operation (operations.Operation.FailureReason), the
+// same one every list shows. "" when the work did not fail.
+func failureReason(op operations.Operation) (string, string) {
+	if op.FailureReason == "" {
 		return "", ""
 	}
 	label := "Reason given by the server"
-	if e.ToolError {
+	switch op.FailureReasonBy {
+	case operations.FailedByTool:
 		label = "Reason given by the tool"
+	case operations.FailedByJobAPI:
+		label = "Reason given by the job API"
 	}
-	for _, text := range []string{e.Preview, e.StatusMessage} {
-		line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
-		if line = strings.TrimSpace(line); line != "" {
-			return boundText(line, 200), label
-		}
+	return boundText(op.FailureReason, 201), label
+}
+
+// needsPersonWhy says in words why an operation needs a person: an open question, an open
+// reconciliation item (its reason in a few words) or a handoff; "" when it needs none (the
+// operation's NeedsPerson, the one definition the lists and counts use).
+func needsPersonWhy(d operations.Detail) string {
+	if !d.NeedsPerson {
+		return ""
 	}
-	return "", ""
+	var why []string
+	open := d.Task != nil && d.Task.State == operations.StateInputRequired
+	for _, in := range d.Inputs {
+		open = open || in.State == "open"
+	}
+	if open {
+		why = append(why, "a question to answer")
+	}
+	switch {
+	case d.Reconciliation != nil && d.Reconciliation.ClosedAt == nil:
+		why = append(why, reasonShort(d.Reconciliation.Reason))
+	case d.Attention == operations.AttentionHandoff:
+		why = append(why, reasonShort(reconcile.ReasonHumanHandoff))
+	}
+	if len(why) == 0 {
+		return "handed to a person"
+	}
+	return strings.Join(why, "; ")
+}
+
+// reasonShort is a reconciliation reason in a few words: its text up to the first colon or
+// semicolon, starting in lower case ("task creation unacknowledged").
+func reasonShort(code string) string {
+	text := reconcile.ReasonText(code)
+	if text == code {
+		return strings.ReplaceAll(code, "_", " ")
+	}
+	if i := strings.IndexAny(text, ":;"); i > 0 {
+		text = text[:i]
+	}
+	r := []rune(strings.TrimSpace(text))
+	if len(r) > 0 {
+		r[0] = unicode.ToLower(r[0])
+	}
+	return string(r)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -69,12 +70,47 @@ func (s *Server) opRow(op operations.Operation, now time.Time) OpRow {
 		Elapsed: opElapsed(op, now), ExpiresIn: opExpiresIn(op, now), RouteWords: routeWords(op), RolloutWords: rolloutWords(op)}
 }
 
-// opFilter reads the list's filters from the query.
+// opFilter reads the list's filters from the query. Besides the form's fields, the overview's
+// links carry in_flight=true, task_state=none (no task), tool_error=true|false and window=12h
+// (what the matrix counts), so each number links to exactly the operations it counts.
 func opFilter(q url.Values) operations.Filter {
-	return operations.Filter{Tenant: q.Get("tenant"), Workflow: q.Get("workflow"), Route: operations.Route(q.Get("route")),
+	f := operations.Filter{Tenant: q.Get("tenant"), Workflow: q.Get("workflow"), Route: operations.Route(q.Get("route")),
 		TaskState: operations.TaskState(q.Get("task_state")), DomainOutcome: operations.Outcome(q.Get("domain_outcome")),
-		Mismatch: q.Get("mismatch") == "true", Attention: q.Get("attention") == "true", After: q.Get("after"),
-		Search: safeSearch(q.Get("q"))}
+		Mismatch: q.Get("mismatch") == "true", Attention: q.Get("attention") == "true", InFlight: q.Get("in_flight") == "true",
+		After: q.Get("after"), Search: safeSearch(q.Get("q"))}
+	if f.TaskState == taskStateNone {
+		f.TaskState, f.NoTask = "", true
+	}
+	switch q.Get("tool_error") {
+	case "true", "false":
+		te := q.Get("tool_error") == "true"
+		f.ToolError = &te
+	}
+	if d, err := time.ParseDuration(q.Get("window")); err == nil && d >= time.Hour && d <= 31*24*time.Hour {
+		f.Window = d.Truncate(time.Hour)
+	}
+	return f
+}
+
+// taskStateNone is the task_state filter value of operations without a task.
+const taskStateNone = "none"
+
+// extraFilterWords says in words the filters the form has no field for, "" when none is set.
+func extraFilterWords(f operations.Filter) string {
+	var w []string
+	if f.InFlight {
+		w = append(w, "in flight (creating, working or waiting for input)")
+	}
+	if f.NoTask {
+		w = append(w, "without a task")
+	}
+	if f.ToolError != nil {
+		w = append(w, map[bool]string{true: "with a tool error", false: "without a tool error"}[*f.ToolError])
+	}
+	if f.Window > 0 {
+		w = append(w, "started in the last "+humanDur(f.Window)+", or still open, or marked for attention")
+	}
+	return strings.Join(w, "; ")
 }
 
 // safeSearch bounds a search to 200 characters.
@@ -102,6 +138,18 @@ func filterQuery(f operations.Filter) string {
 	}
 	if f.Attention {
 		q.Set("attention", "true")
+	}
+	if f.InFlight {
+		q.Set("in_flight", "true")
+	}
+	if f.NoTask {
+		q.Set("task_state", taskStateNone)
+	}
+	if f.ToolError != nil {
+		q.Set("tool_error", strconv.FormatBool(*f.ToolError))
+	}
+	if f.Window > 0 {
+		q.Set("window", fmt.Sprintf("%dh", int(f.Window/time.Hour)))
 	}
 	return q.Encode()
 }
@@ -224,7 +272,7 @@ func (s *Server) handleExportOperations(w http.ResponseWriter, r *http.Request) 
 	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"id", "tenant", "workflow", "object_ref", "intended_effect", "actor", "route", "reason_code", "reason",
-		"server", "tool", "task_id", "era", "task_state", "tool_error", "domain_outcome", "mismatch", "attention", "created_at", "deadline"})
+		"server", "tool", "task_id", "era", "task_state", "tool_error", "domain_outcome", "mismatch", "attention", "created_at", "deadline", "failure_reason", "failure_reason_by"})
 	for _, op := range all {
 		server, tool := toolOf(op, s.deps.Policy)
 		var taskID, era, state, toolErr, deadline string
@@ -236,7 +284,7 @@ func (s *Server) handleExportOperations(w http.ResponseWriter, r *http.Request) 
 		}
 		rec := []string{op.ID, op.Tenant, op.Workflow, op.ObjectRef, op.IntendedEffect, op.Actor, string(op.Route), op.ReasonCode, op.Reason,
 			server, tool, taskID, era, state, toolErr, string(op.DomainOutcome), strconv.FormatBool(op.Mismatch()), op.Attention,
-			op.CreatedAt.UTC().Format(time.RFC3339Nano), deadline}
+			op.CreatedAt.UTC().Format(time.RFC3339Nano), deadline, op.FailureReason, op.FailureReasonBy}
 		for i, c := range rec {
 			rec[i] = csvSafe(c)
 		}

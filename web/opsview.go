@@ -246,6 +246,26 @@ func toolOf(op operations.Operation, pol *config.Config) (server, tool string) {
 }
 
 // bounded caps text from an MCP server for display (templ escapes it).
+// enumWords says a policy or protocol value in words: "job_api" is "job API", "read_only"
+// "read only"; other values lose their underscores.
+func enumWords(s string) string {
+	if s == "job_api" {
+		return "job API"
+	}
+	return strings.ReplaceAll(s, "_", " ")
+}
+
+// failureWho says whose words a failure reason is, as a list row labels it.
+func failureWho(by string) string {
+	switch by {
+	case operations.FailedByTool:
+		return "the tool said"
+	case operations.FailedByJobAPI:
+		return "the job API said"
+	}
+	return "the server said"
+}
+
 func boundText(s string, n int) string {
 	r := []rune(s)
 	if len(r) <= n {

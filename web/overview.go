@@ -147,8 +147,16 @@ func (v *HomeView) fill(s *Server, r *http.Request, ov operations.Overview) {
 				}
 				row := MatrixRow{Workflow: wf, StateWords: stateWords(st, te), StateTone: stateTone(st, te)}
 				for _, o := range matrixOutcomes {
-					q := url.Values{"workflow": {wf}, "domain_outcome": {string(o)}}
-					if st != "" {
+					// The cell's list: the same workflow, state, tool error and outcome over the
+					// same window (operations.RecentSQL), so its total is the cell's count.
+					q := url.Values{"workflow": {wf}, "domain_outcome": {string(o)}, "window": {fmt.Sprintf("%dh", int(overviewWindow/time.Hour))}}
+					switch {
+					case st == "":
+						q.Set("task_state", taskStateNone)
+					case st == operations.StateCompleted:
+						q.Set("task_state", string(st))
+						q.Set("tool_error", strconv.FormatBool(te))
+					default:
 						q.Set("task_state", string(st))
 					}
 					mc := MatrixCellView{Count: m[o], Href: "/operations?" + q.Encode()}

@@ -44,7 +44,9 @@ type ReconcileQueueView struct {
 	// Filter values as typed.
 	Tenant, Workflow, Reason, State, Age, ClaimedBy string
 	Items                                           []reconcile.Item
-	Next                                            string
+	// Total is the number of items the filters select over all pages.
+	Total int
+	Next  string
 	// Query is the filter as a query string (no cursor); Self is this page's URL, for the
 	// live refresh of its rows.
 	Query             string
@@ -141,7 +143,7 @@ func (s *Server) queueView(r *http.Request, get func(string) string) (ReconcileQ
 		v.Flash, v.FlashTone = err.Error(), "bad"
 		return v, http.StatusBadRequest
 	}
-	v.Items, v.Next = page.Items, page.Next
+	v.Items, v.Next, v.Total = page.Items, page.Next, page.Total
 	q := url.Values{}
 	for _, k := range []string{"tenant", "workflow", "reason", "state", "age", "claimed_by"} {
 		if val := get(k); val != "" {
@@ -154,9 +156,7 @@ func (s *Server) queueView(r *http.Request, get func(string) string) (ReconcileQ
 	}
 	v.Self = "/reconcile?" + q.Encode()
 	if v.CanAct && (f.State == "" || f.State == string(reconcile.StateVerifying) || f.State == string(reconcile.StateNeedsPerson)) {
-		if n, err := s.deps.Reconcile.Preview(r.Context(), reconcileScope(r), f); err == nil {
-			v.Preview = n
-		}
+		v.Preview = page.Total // the bulk preview counts the open items the filter selects
 	}
 	return v, http.StatusOK
 }

@@ -17,16 +17,19 @@ type serverHoursReader interface {
 // minChartHours is the narrowest window a chart shrinks to when the data is recent.
 const minChartHours = 6
 
-// ServerChart is one server's small charts: status reads, mean time to terminal and errors per
-// hour, for the tasks that ended in each hour.
+// ServerChart is one server's small charts per hour: the poll load (status reads made in the
+// hour, the failed ones marked), and the mean time to terminal and the errors of the tasks that
+// ended in the hour.
 type ServerChart struct {
 	Server string
 	Hours  []operations.ServerHour
 	// Max of each series, for the bar heights.
-	MaxPolls, MaxErrors int
-	MaxMean             time.Duration
+	MaxPolls  int64
+	MaxErrors int
+	MaxMean   time.Duration
 	// Totals over the window.
-	Ended, Polls, Errors int
+	Ended, Errors     int
+	Polls, PollErrors int64
 }
 
 // serverCharts builds a chart per policy server over the overview's window, shrunk to the hours
@@ -69,7 +72,8 @@ func (s *Server) serverCharts(r *http.Request, servers []string) []ServerChart {
 			}
 			c.Hours = append(c.Hours, h)
 			c.MaxPolls, c.MaxErrors, c.MaxMean = max(c.MaxPolls, h.Polls), max(c.MaxErrors, h.Errors), max(c.MaxMean, h.MeanToTerminal)
-			c.Ended, c.Polls, c.Errors = c.Ended+h.Ended, c.Polls+h.Polls, c.Errors+h.Errors
+			c.Ended, c.Errors = c.Ended+h.Ended, c.Errors+h.Errors
+			c.Polls, c.PollErrors = c.Polls+h.Polls, c.PollErrors+h.PollErrors
 		}
 		out = append(out, c)
 	}
@@ -103,6 +107,16 @@ func (c ServerChart) pollY(h operations.ServerHour) string {
 }
 func (c ServerChart) pollH(h operations.ServerHour) string {
 	_, v := bar(float64(h.Polls), float64(c.MaxPolls))
+	return v
+}
+
+// pollErrY and pollErrH are the failed reads' part of an hour's poll-load bar, at its foot.
+func (c ServerChart) pollErrY(h operations.ServerHour) string {
+	y, _ := bar(float64(h.PollErrors), float64(c.MaxPolls))
+	return y
+}
+func (c ServerChart) pollErrH(h operations.ServerHour) string {
+	_, v := bar(float64(h.PollErrors), float64(c.MaxPolls))
 	return v
 }
 func (c ServerChart) meanY(h operations.ServerHour) string {

@@ -207,7 +207,7 @@ func (s *Server) serverRows(r *http.Request) ([]ServerRow, error) {
 		inFlight = ov.InFlight
 	}
 	for _, sv := range s.deps.Policy.Servers {
-		row := ServerRow{Name: sv.Name, URL: sv.URL, EraSetting: sv.Era, ProbeEvery: sv.ProbeEvery.String(),
+		row := ServerRow{Name: sv.Name, URL: sv.URL, EraSetting: sv.Era, ProbeEvery: humanDur(sv.ProbeEvery.Duration),
 			Workflows: manifests.Affected(s.deps.Policy, sv.Name)}
 		row.Gauge, row.GaugeEngaged = s.switchDrain(r, killswitch.ScopeServer, sv.Name)
 		for _, wf := range row.Workflows {

@@ -11,9 +11,10 @@ import (
 
 // TestMismatchRuleOverEveryStateAndOutcome puts one operation through every task state × tool
 // error × domain outcome and checks that the mismatch filter (and the API's total), the
-// overview's matrix and tile, and the row agree with the rule: failed or cancelled but applied,
-// or completed without a tool error but not applied. A tool error confirmed "not applied" is
-// agreement.
+// overview's matrix and tile, and the row agree with the rule: failed, cancelled or a tool
+// error but applied, or completed without a tool error but not applied. A tool error confirmed
+// "not applied" is agreement. (That the verifiers open an item by the same rule:
+// reconcile's TestToolErrorDisagreesOnlyWhenTheEffectApplied.)
 func TestMismatchRuleOverEveryStateAndOutcome(t *testing.T) {
 	t.Parallel()
 	e := newOpsEnv(t)
@@ -24,7 +25,10 @@ func TestMismatchRuleOverEveryStateAndOutcome(t *testing.T) {
 	for _, st := range taskStates {
 		for _, te := range []bool{false, true} {
 			for _, out := range outcomes {
-				want := (st == "failed" || st == "cancelled") && out == "applied" || st == "completed" && !te && out == "not_applied"
+				// A tool error is the tool saying the work failed: in the 2025-11-25 era the task
+				// ends failed, in the 2026-07-28 era completed with the error; both disagree with
+				// an applied effect alike.
+				want := (st == "failed" || st == "cancelled" || st == "completed" && te) && out == "applied" || st == "completed" && !te && out == "not_applied"
 				if _, err := e.pool.Exec(ctx, `UPDATE tasks SET state = $2, tool_error = $3 WHERE operation_id = $1`, id, st, te); err != nil {
 					t.Fatal(err)
 				}

@@ -90,16 +90,20 @@ func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
 }
 
 func policyRow(wf config.Workflow) WorkflowDecisionRow {
-	fb := wf.Fallback.Kind
+	fb := enumWords(wf.Fallback.Kind)
 	if wf.Fallback.Kind == config.FallbackSync {
-		fb += " ≤ " + wf.Fallback.MaxDuration.String()
+		fb += " ≤ " + humanDur(wf.Fallback.MaxDuration.Duration)
+	}
+	maxTTL := "none"
+	if wf.MaxTTL.Duration > 0 {
+		maxTTL = humanDur(wf.MaxTTL.Duration)
 	}
 	conc := "no cap"
 	if wf.Concurrency > 0 {
 		conc = strconv.Itoa(wf.Concurrency) + " Tasks, then " + wf.Backpressure
 	}
 	return WorkflowDecisionRow{Name: wf.Name, Description: wf.Description, Server: wf.Server, Tool: wf.Tool,
-		Effect: wf.Effect, TaskUse: wf.TaskUse, Fallback: fb, Concurrency: conc, MaxTTL: wf.MaxTTL.String(),
+		Effect: wf.Effect, TaskUse: wf.TaskUse, Fallback: fb, Concurrency: conc, MaxTTL: maxTTL,
 		Owners: joinComma(wf.Owners), Stage: wf.Stage, StageFromPolicy: true}
 }
 

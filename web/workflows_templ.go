@@ -180,7 +180,7 @@ func workflowsPage(v WorkflowsView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = badge(effectTone(w.Effect), w.Effect).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = badge(effectTone(w.Effect), enumWords(w.Effect)).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
@@ -189,9 +189,9 @@ func workflowsPage(v WorkflowsView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var10 string
-					templ_7745c5c3_Var10, templ_7745c5c3_Err = templ.JoinStringErrs(w.TaskUse)
+					templ_7745c5c3_Var10, templ_7745c5c3_Err = templ.JoinStringErrs(enumWords(w.TaskUse))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `workflows.templ`, Line: 43, Col: 34}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `workflows.templ`, Line: 43, Col: 45}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var10))
 					if templ_7745c5c3_Err != nil {
@@ -204,7 +204,7 @@ func workflowsPage(v WorkflowsView) templ.Component {
 					var templ_7745c5c3_Var11 string
 					templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs(w.Fallback)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `workflows.templ`, Line: 43, Col: 61}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `workflows.templ`, Line: 43, Col: 72}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var11))
 					if templ_7745c5c3_Err != nil {
@@ -309,7 +309,7 @@ func workflowsPage(v WorkflowsView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					if w.Route != "" {
-						templ_7745c5c3_Err = badge(routeTone(w.Route), w.Route).Render(ctx, templ_7745c5c3_Buffer)
+						templ_7745c5c3_Err = badge(routeTone(w.Route), enumWords(w.Route)).Render(ctx, templ_7745c5c3_Buffer)
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}

@@ -190,8 +190,19 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	// The watchers' status reads per server and hour, for the Servers page's poll-load chart:
+	// counted in memory and added to the database every 10 s, and once more after the
+	// watcher stopped (defers run last-in first-out).
+	pollLog, err := operations.NewPollLog(operations.PollLogConfig{Store: ops.Store(), Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := pollLog.Start(ctx); err != nil {
+		return err
+	}
+	defer pollLog.Stop()
 	watcher, err := watch.New(watch.Config{Store: ops.Store(), Servers: opServers, Policy: policy, Operations: ops,
-		Registerer: reg, Logger: logger})
+		Registerer: reg, Logger: logger, PollLog: pollLog})
 	if err != nil {
 		return err
 	}
