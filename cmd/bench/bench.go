@@ -38,7 +38,11 @@ import (
 type Options struct {
 	Quick       bool
 	DatabaseURL string
-	Out         string
+	// KeepDatabase names a database on DatabaseURL's server that the run uses and keeps: it is
+	// created (and seeded) when missing and reused as it is, so a seeded ledger serves several
+	// runs. Empty: a database of this run's own, dropped at the end.
+	KeepDatabase string
+	Out          string
 	// Operations is the ledger size of the scale phase; OpenTasks of them are still open and
 	// OpenItems are open reconciliation items.
 	Operations, OpenTasks, OpenItems int
@@ -206,6 +210,7 @@ type ConsoleFigures struct {
 // env is one run's world.
 type env struct {
 	o        Options
+	log      io.Writer
 	cluster  *pgcluster.Cluster
 	pool     *pgxpool.Pool
 	dbURL    string // the server's URL; dbName is this run's database on it
@@ -224,6 +229,8 @@ type env struct {
 	// uncached is the start path with a router that reads its inputs for every decision.
 	uncached *operations.Service
 	keys     atomic.Int64
+	// keyPrefix makes this run's idempotency keys its own (a kept database holds earlier runs').
+	keyPrefix string
 	// stopListen ends the change listener (it holds a connection of the pool).
 	stopListen context.CancelFunc
 	// statements counts what the bench's pool sends to PostgreSQL.
@@ -268,7 +275,7 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 	o = o.filled()
 	res := &Results{Scale: ScaleInfo{Quick: o.Quick, Operations: o.Operations, OpenTasks: o.OpenTasks, OpenItems: o.OpenItems, Clients: o.Clients},
 		Phases: map[string]float64{}, Machine: machineInfo()}
-	e := &env{o: o}
+	e := &env{o: o, log: log, keyPrefix: fmt.Sprintf("bench-%d-%d-", os.Getpid(), time.Now().UnixNano())}
 	defer e.close()
 	step := func(name string, f func() error) error {
 		fmt.Fprintf(log, "bench: %s...\n", name)
@@ -326,16 +333,28 @@ func (e *env) setup(ctx context.Context) error {
 		admin = c.URL("postgres")
 	}
 	name := fmt.Sprintf("taskgate_bench_%d", os.Getpid())
+	if e.o.KeepDatabase != "" {
+		if e.cluster != nil {
+			return errors.New("-keep-database needs -database-url: a private cluster is removed at the end")
+		}
+		name = e.o.KeepDatabase
+	}
 	ac, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	_, err = ac.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var exists bool
+	if err = ac.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err == nil && !(exists && e.o.KeepDatabase != "") {
+		_, err = ac.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	}
 	ac.Close(ctx)
 	if err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
 	e.dropDB = func() {
+		if e.o.KeepDatabase != "" {
+			return
+		}
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if ac, err := pgx.Connect(dctx, admin); err == nil {
@@ -599,7 +618,7 @@ func (e *env) startOne(workflow string, args string) func(ctx context.Context) e
 func (e *env) startWith(svc *operations.Service, workflow string, args string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		k := e.keys.Add(1)
-		res, err := svc.Start(ctx, operations.Scope{All: true}, operations.StartRequest{IdempotencyKey: "bench-" + strconv.FormatInt(k, 10),
+		res, err := svc.Start(ctx, operations.Scope{All: true}, operations.StartRequest{IdempotencyKey: e.keyPrefix + strconv.FormatInt(k, 10),
 			Workflow: workflow, Tenant: []string{"acme", "globex"}[k%2], Actor: "app:bench", ObjectRef: "bench " + strconv.FormatInt(k, 10),
 			Arguments: []byte(args)})
 		if err != nil {
@@ -753,7 +772,7 @@ func (e *env) seed(ctx context.Context) error {
 				SELECT id, CASE WHEN i % 3 = 0 THEN 'globex' ELSE 'acme' END,
 				       CASE WHEN open THEN 'bench_capped' WHEN i % 2 = 0 THEN 'bench_open' ELSE 'bench_watch' END,
 				       'seed-' || i, '', 'app:seed', 'seed ' || i, 'task', 'task_capable', 'seeded',
-				       CASE WHEN open THEN 'pending' WHEN i % 50 = 0 THEN 'unknown' ELSE 'applied' END,
+				       CASE WHEN open THEN 'pending' WHEN i % 50 = 0 THEN 'unknown' WHEN i % 997 = 0 THEN 'not_applied' ELSE 'applied' END,
 				       CASE WHEN NOT open AND i % 50 = 0 THEN 'needs_reconciliation' END,
 				       CASE WHEN NOT open AND i % 50 = 0 THEN 'task_unobservable' END,
 				       now() - make_interval(secs => i * 0.5), now() - make_interval(secs => i * 0.5)

@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	var o Options
 	quick := fs.Bool("quick", getenv("BENCH") == "quick", "the smaller scale (100,000 operations; also BENCH=quick)")
 	fs.StringVar(&o.DatabaseURL, "database-url", getenv("BENCH_DATABASE_URL"), "an existing PostgreSQL database to use (env BENCH_DATABASE_URL); empty = a private cluster")
+	fs.StringVar(&o.KeepDatabase, "keep-database", "", "a database on -database-url's server to use and keep (created and seeded when missing, reused as it is), so one seeded ledger serves several runs")
 	fs.StringVar(&o.Out, "out", "bench.json", "where to write the figures")
 	fs.IntVar(&o.Operations, "operations", 0, "ledger size for the scale, console and watch phases (default 1,000,000; 100,000 quick)")
 	fs.DurationVar(&o.Phase, "phase", 0, "length of each timed phase (default 10s; 5s quick)")
