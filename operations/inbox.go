@@ -80,12 +80,68 @@ func filterWhere(scope Scope, f Filter) ([]string, []any) {
 	return where, args
 }
 
-// Count is the real number of operations List would return over all its pages.
+// storedMismatchSQL is MismatchSQL on the columns of overview_ops and overview_totals (the
+// partial index overview_ops_mismatch_idx has this predicate, word for word).
+const storedMismatchSQL = `((task_state IN ('failed', 'cancelled') AND outcome = 'applied') OR (task_state = 'completed' AND NOT tool_error AND outcome = 'not_applied'))`
+
+// storedWhere is filterWhere (without Search) on the columns of overview_ops and
+// overview_totals, which name an operation's facts alike, adding its values to args.
+func storedWhere(scope Scope, f Filter, args *[]any) []string {
+	arg := func(v any) string {
+		*args = append(*args, v)
+		return fmt.Sprintf("$%d", len(*args))
+	}
+	var where []string
+	if !scope.All {
+		where = append(where, "tenant = ANY("+arg(scope.Tenants)+")")
+	}
+	for _, c := range []struct{ col, v string }{{"tenant", f.Tenant}, {"workflow", f.Workflow}, {"route", string(f.Route)},
+		{"task_state", string(f.TaskState)}, {"outcome", string(f.DomainOutcome)}} {
+		if c.v != "" {
+			where = append(where, c.col+" = "+arg(c.v))
+		}
+	}
+	if f.Mismatch {
+		where = append(where, storedMismatchSQL)
+	}
+	if f.Attention {
+		where = append(where, "needs_person")
+	}
+	if len(where) == 0 {
+		where = append(where, "true")
+	}
+	return where
+}
+
+// Count is the real number of operations List would return over all its pages: from the
+// counters (overview_totals and the operations still dirty) unless it searches.
 func (s *Store) Count(ctx context.Context, scope Scope, f Filter) (int, error) {
-	where, args := filterWhere(scope, f)
-	q := `SELECT count(*)` + opFrom
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+	counted, err := s.overviewCounted(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.count(ctx, scope, f, counted)
+}
+
+// count is Count from the counters (counted) or from the ledger.
+func (s *Store) count(ctx context.Context, scope Scope, f Filter, counted bool) (int, error) {
+	var q string
+	var args []any
+	if counted && strings.TrimSpace(f.Search) == "" {
+		var live []string
+		live, args = filterWhere(scope, f)
+		live = append(live, "o.id IN (SELECT operation_id FROM overview_dirty)")
+		stored := strings.Join(storedWhere(scope, f, &args), " AND ")
+		q = `SELECT (SELECT coalesce(sum(ops), 0) FROM overview_totals WHERE ` + stored + `)
+			+ (SELECT count(*) FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id WHERE ` + strings.Join(live, " AND ") + `)
+			- (SELECT count(*) FROM overview_ops WHERE operation_id IN (SELECT operation_id FROM overview_dirty) AND ` + stored + `)`
+	} else {
+		var where []string
+		where, args = filterWhere(scope, f)
+		q = `SELECT count(*)` + opFrom
+		if len(where) > 0 {
+			q += " WHERE " + strings.Join(where, " AND ")
+		}
 	}
 	var n int
 	if err := s.pool.QueryRow(ctx, q, args...).Scan(&n); err != nil {

@@ -74,15 +74,45 @@ func (s *Service) Overview(ctx context.Context, scope Scope, window time.Duratio
 	return s.cfg.Store.Overview(ctx, scope, window)
 }
 
-// Overview reads the overview for scope over the last window.
+// Overview reads the overview for scope over the last window: from the counters once they hold
+// the whole ledger (counters.go), otherwise by aggregating the ledger (overviewDirect). Either
+// way the parts are read in one snapshot.
 func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration) (Overview, error) {
 	hours := max(1, int(window/time.Hour))
-	ov := Overview{InFlight: map[string]int{}, InputRequired: map[string]int{}, OpenReconciliation: map[string]int{},
-		Cells: []MatrixCell{}, Violations: []RecentViolation{}}
-	all, tenants := scope.All, scope.Tenants
-	if tenants == nil {
-		tenants = []string{}
+	counted, err := s.overviewCounted(ctx)
+	if err != nil {
+		return Overview{}, err
 	}
+	var ov Overview
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		if counted {
+			ov, err = overviewCounted(ctx, tx, scope, hours, edgeSplit)
+		} else {
+			ov, err = overviewDirect(ctx, tx, scope, hours)
+		}
+		return err
+	})
+	return ov, err
+}
+
+func newOverview() Overview {
+	return Overview{InFlight: map[string]int{}, InputRequired: map[string]int{}, OpenReconciliation: map[string]int{},
+		Cells: []MatrixCell{}, Violations: []RecentViolation{}}
+}
+
+func scopeArgs(scope Scope) (bool, []string) {
+	if scope.Tenants == nil {
+		return scope.All, []string{}
+	}
+	return scope.All, scope.Tenants
+}
+
+// overviewDirect aggregates the overview over the ledger: what the counters must equal (the
+// tests hold them to it), and the read until the counters hold the whole ledger.
+func overviewDirect(ctx context.Context, q pgx.Tx, scope Scope, hours int) (Overview, error) {
+	ov := newOverview()
+	all, tenants := scopeArgs(scope)
 	b := &pgx.Batch{}
 	b.Queue(`SELECT o.workflow, o.route, coalesce(t.state, ''), coalesce(t.tool_error, false), o.domain_outcome, count(*)
 		FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
@@ -117,21 +147,8 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 		})
 		return err
 	})
-	b.Queue(`SELECT v.task_id, v.from_state, v.to_state, v.source, v.observed_at, v.kind, v.detail, o.id, o.tenant, o.workflow
-		FROM transition_violations v JOIN operations o ON o.id = v.operation_id
-		WHERE ($1 OR o.tenant = ANY($2)) ORDER BY v.observed_at DESC, v.id DESC LIMIT 10`, all, tenants).Query(func(rows pgx.Rows) error {
-		var err error
-		ov.Violations, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecentViolation, error) {
-			var v RecentViolation
-			return v, r.Scan(&v.TaskID, &v.From, &v.To, &v.Source, &v.ObservedAt, &v.Kind, &v.Detail, &v.OperationID, &v.Tenant, &v.Workflow)
-		})
-		return err
-	})
-	b.Queue(`SELECT count(*) FROM transition_violations v JOIN operations o ON o.id = v.operation_id
-		WHERE ($1 OR o.tenant = ANY($2)) AND v.observed_at > now() - $3 * interval '1 hour'`, all, tenants, hours).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&ov.ViolationsInWindow)
-	})
-	b.Queue(`WITH h AS (SELECT generate_series(date_trunc('hour', now()) - ($3 - 1) * interval '1 hour', date_trunc('hour', now()), interval '1 hour') AS start)
+	queueViolations(b, &ov, all, tenants, hours)
+	b.Queue(`WITH h AS (SELECT generate_series(date_trunc('hour', now(), 'UTC') - ($3 - 1) * interval '1 hour', date_trunc('hour', now(), 'UTC'), interval '1 hour') AS start)
 		SELECT h.start,
 			(SELECT count(*) FROM operations o WHERE ($1 OR o.tenant = ANY($2)) AND o.created_at >= h.start AND o.created_at < h.start + interval '1 hour'),
 			(SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id WHERE ($1 OR o.tenant = ANY($2))
@@ -143,20 +160,136 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 				AND ri.opened_at >= h.start AND ri.opened_at < h.start + interval '1 hour')
 		FROM h ORDER BY h.start`, all, tenants, hours).Query(func(rows pgx.Rows) error {
 		var err error
-		ov.Hours, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (HourBucket, error) {
-			var h HourBucket
-			return h, r.Scan(&h.Start, &h.Starts, &h.Terminal, &h.Unknown)
+		ov.Hours, err = collectHours(rows)
+		return err
+	})
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return Overview{}, fmt.Errorf("overview: %w", err)
+	}
+	return ov, nil
+}
+
+// queueViolations adds the recent violations and their count in the window (few rows: read
+// from the ledger either way).
+func queueViolations(b *pgx.Batch, ov *Overview, all bool, tenants []string, hours int) {
+	b.Queue(`SELECT v.task_id, v.from_state, v.to_state, v.source, v.observed_at, v.kind, v.detail, o.id, o.tenant, o.workflow
+		FROM transition_violations v JOIN operations o ON o.id = v.operation_id
+		WHERE ($1 OR o.tenant = ANY($2)) ORDER BY v.observed_at DESC, v.id DESC LIMIT 10`, all, tenants).Query(func(rows pgx.Rows) error {
+		vs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecentViolation, error) {
+			var v RecentViolation
+			return v, r.Scan(&v.TaskID, &v.From, &v.To, &v.Source, &v.ObservedAt, &v.Kind, &v.Detail, &v.OperationID, &v.Tenant, &v.Workflow)
+		})
+		if vs != nil {
+			ov.Violations = vs
+		}
+		return err
+	})
+	b.Queue(`SELECT count(*) FROM transition_violations v JOIN operations o ON o.id = v.operation_id
+		WHERE ($1 OR o.tenant = ANY($2)) AND v.observed_at > now() - $3 * interval '1 hour'`, all, tenants, hours).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&ov.ViolationsInWindow)
+	})
+}
+
+func collectHours(rows pgx.Rows) ([]HourBucket, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (HourBucket, error) {
+		var h HourBucket
+		return h, r.Scan(&h.Start, &h.Starts, &h.Terminal, &h.Unknown)
+	})
+}
+
+// The matrix from the counters. An open operation (task in an open state, or attention set)
+// is in the matrix whenever it started: its cells are overview_totals'. One not open is in it
+// when it started within the window: overview_created by the hour it started, for the hours
+// after the window's first, partial hour, plus that hour's part inside the window read from the
+// ledger (or the whole hour's count less its part before the window, whichever reads fewer rows).
+const matrixCountedSQL = `WITH ` + pendCTE + `
+	SELECT workflow, route, task_state, tool_error, outcome, sum(n)::bigint FROM (
+		SELECT workflow, route, task_state, tool_error, outcome, ops AS n FROM overview_totals
+			WHERE ($1 OR tenant = ANY($2)) AND (task_state IN ` + openStatesSQL + ` OR attention)
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, sign FROM pend
+			WHERE task_state IN ` + openStatesSQL + ` OR attention
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, ops FROM overview_created
+			WHERE ($1 OR tenant = ANY($2)) AND hour >= $3
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, sign FROM pend
+			WHERE NOT (task_state IN ` + openStatesSQL + ` OR attention) AND date_trunc('hour', created_at, 'UTC') >= $3
+		UNION ALL SELECT o.workflow, o.route, coalesce(t.state, ''), coalesce(t.tool_error, false), o.domain_outcome, $4::int
+			FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
+			WHERE ($1 OR o.tenant = ANY($2)) AND %s
+			  AND NOT coalesce(t.state IN ` + openStatesSQL + `, false) AND o.attention IS NULL
+	) x GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0 ORDER BY 1, 2, 3, 4, 5`
+
+// edgeSplit is where in the window's first hour the matrix stops reading the hour's part inside
+// the window from the ledger and reads the part before it instead, to subtract: at most half an
+// hour of operations either way.
+const edgeSplit = 30 * time.Minute
+
+// overviewCounted reads the overview from the counters, adding what the operations still
+// dirty change, in tx's snapshot (repeatable read). split is edgeSplit (tests move it to take
+// each way through the first hour).
+func overviewCounted(ctx context.Context, tx pgx.Tx, scope Scope, hours int, split time.Duration) (Overview, error) {
+	ov := newOverview()
+	all, tenants := scopeArgs(scope)
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return ov, fmt.Errorf("overview: %w", err)
+	}
+	// The window is (from, now]; its first hour starts at first and is partly before it.
+	from := now.Add(-time.Duration(hours) * time.Hour)
+	first := from.UTC().Truncate(time.Hour)
+	b := &pgx.Batch{}
+	var matrix string
+	var args []any
+	if from.Sub(first) <= split {
+		// The whole first hour, less the ledger's rows from its start to the window's.
+		matrix = fmt.Sprintf(matrixCountedSQL, `o.created_at >= $5 AND o.created_at <= $6`)
+		args = []any{all, tenants, first, -1, first, from}
+	} else {
+		// The hours after the first, plus the ledger's rows of the first inside the window.
+		next := first.Add(time.Hour)
+		matrix = fmt.Sprintf(matrixCountedSQL, `o.created_at > $5 AND o.created_at < $6`)
+		args = []any{all, tenants, next, 1, from, next}
+	}
+	b.Queue(matrix, args...).Query(func(rows pgx.Rows) error {
+		var err error
+		ov.Cells, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (MatrixCell, error) {
+			var c MatrixCell
+			return c, r.Scan(&c.Workflow, &c.Route, &c.TaskState, &c.ToolError, &c.Outcome, &c.Count)
 		})
 		return err
 	})
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	b.Queue(`WITH `+pendCTE+`
+		SELECT workflow, coalesce(sum(n) FILTER (WHERE task_state IN `+openStatesSQL+`), 0)::bigint,
+			coalesce(sum(n) FILTER (WHERE task_state = 'input_required'), 0)::bigint, coalesce(sum(r), 0)::bigint FROM (
+			SELECT workflow, task_state, ops AS n, ri_open AS r FROM overview_totals WHERE ($1 OR tenant = ANY($2))
+			UNION ALL SELECT workflow, task_state, sign, CASE WHEN ri_open THEN sign ELSE 0 END FROM pend) x
+		GROUP BY workflow`, all, tenants).Query(func(rows pgx.Rows) error {
+		var wf string
+		var n, in, open int
+		_, err := pgx.ForEachRow(rows, []any{&wf, &n, &in, &open}, func() error {
+			if n > 0 {
+				ov.InFlight[wf], ov.InputRequired[wf] = n, in
+			}
+			if open > 0 {
+				ov.OpenReconciliation[wf] = open
+			}
+			return nil
+		})
+		return err
+	})
+	queueViolations(b, &ov, all, tenants, hours)
+	last := now.UTC().Truncate(time.Hour)
+	b.Queue(`WITH `+pendCTE+`, ph AS (`+hourlyOf("pend")+`)
+		SELECT h.start, coalesce(sum(x.starts), 0)::bigint, coalesce(sum(x.ended), 0)::bigint, coalesce(sum(x.unknown), 0)::bigint
+		FROM generate_series($3::timestamptz, $4::timestamptz, interval '1 hour') AS h(start)
+		LEFT JOIN (SELECT hour, starts, ended, unknown FROM overview_hourly WHERE ($1 OR tenant = ANY($2)) AND hour >= $3
+			UNION ALL SELECT hour, starts, ended, unknown FROM ph WHERE hour >= $3) x ON x.hour = h.start
+		GROUP BY h.start ORDER BY h.start`, all, tenants, last.Add(-time.Duration(hours-1)*time.Hour), last).Query(func(rows pgx.Rows) error {
+		var err error
+		ov.Hours, err = collectHours(rows)
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return Overview{}, fmt.Errorf("overview: %w", err)
-	}
-	if ov.Cells == nil {
-		ov.Cells = []MatrixCell{}
-	}
-	if ov.Violations == nil {
-		ov.Violations = []RecentViolation{}
 	}
 	return ov, nil
 }

@@ -32,22 +32,54 @@ func (s *Service) ServerHours(ctx context.Context, scope Scope, window time.Dura
 	return s.cfg.Store.ServerHours(ctx, scope, window)
 }
 
-// ServerHours reads ServerHours for scope.
+// ServerHours reads ServerHours for scope: from the counters once they hold the whole ledger
+// (counters.go), otherwise from the ledger.
 func (s *Store) ServerHours(ctx context.Context, scope Scope, window time.Duration) ([]ServerHour, error) {
 	hours := max(1, int(window/time.Hour))
-	tenants := scope.Tenants
-	if tenants == nil {
-		tenants = []string{}
+	counted, err := s.overviewCounted(ctx)
+	if err != nil {
+		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT t.server, date_trunc('hour', t.terminal_at) AS hour, count(*), coalesce(sum(t.polls), 0),
+	if counted {
+		return serverHoursCounted(ctx, s.pool, scope, hours)
+	}
+	return serverHoursDirect(ctx, s.pool, scope, hours)
+}
+
+// serverHoursDirect aggregates ServerHours over the ledger: what the counters must equal.
+func serverHoursDirect(ctx context.Context, q querier, scope Scope, hours int) ([]ServerHour, error) {
+	all, tenants := scopeArgs(scope)
+	rows, err := q.Query(ctx, `SELECT t.server, date_trunc('hour', t.terminal_at, 'UTC') AS hour, count(*), coalesce(sum(t.polls), 0),
 			count(*) FILTER (WHERE t.state IN ('failed', 'unobservable', 'expired') OR coalesce(t.tool_error, false)),
 			coalesce(avg(extract(epoch FROM t.terminal_at - o.created_at)), 0)
 		FROM tasks t JOIN operations o ON o.id = t.operation_id
-		WHERE ($1 OR o.tenant = ANY($2)) AND t.terminal_at >= date_trunc('hour', now()) - ($3 - 1) * interval '1 hour'
-		GROUP BY 1, 2 ORDER BY 1, 2`, scope.All, tenants, hours)
+		WHERE ($1 OR o.tenant = ANY($2)) AND t.terminal_at >= date_trunc('hour', now(), 'UTC') - ($3 - 1) * interval '1 hour'
+		GROUP BY 1, 2 ORDER BY 1, 2`, all, tenants, hours)
 	if err != nil {
 		return nil, fmt.Errorf("server hours: %w", err)
 	}
+	return collectServerHours(rows)
+}
+
+// serverHoursCounted reads ServerHours from overview_server_hours and the operations still
+// dirty, in one statement.
+func serverHoursCounted(ctx context.Context, q querier, scope Scope, hours int) ([]ServerHour, error) {
+	all, tenants := scopeArgs(scope)
+	rows, err := q.Query(ctx, `WITH `+pendCTE+`, ps AS (`+serverHoursOf("pend")+`),
+		w AS (SELECT date_trunc('hour', now(), 'UTC') - ($3 - 1) * interval '1 hour' AS first)
+		SELECT server, hour, sum(ended)::bigint, sum(polls)::bigint, sum(errors)::bigint,
+			coalesce(sum(to_terminal) / nullif(sum(ended), 0)::numeric, 0) FROM (
+			SELECT server, hour, ended, polls, errors, to_terminal FROM overview_server_hours
+				WHERE ($1 OR tenant = ANY($2)) AND hour >= (SELECT first FROM w)
+			UNION ALL SELECT server, hour, ended, polls, errors, to_terminal FROM ps WHERE hour >= (SELECT first FROM w)) x
+		GROUP BY 1, 2 HAVING sum(ended) <> 0 ORDER BY 1, 2`, all, tenants, hours)
+	if err != nil {
+		return nil, fmt.Errorf("server hours: %w", err)
+	}
+	return collectServerHours(rows)
+}
+
+func collectServerHours(rows pgx.Rows) ([]ServerHour, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ServerHour, error) {
 		var h ServerHour
 		var secs float64

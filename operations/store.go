@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,8 @@ type Store struct {
 	pool *pgxpool.Pool
 	// echoKey is the installation's key of the answer hashes, read once (echo.go).
 	echoKey echoKeyCache
+	// countedSeen remembers that the console's counters hold the whole ledger (counters.go).
+	countedSeen atomic.Bool
 }
 
 // NewStore returns a Store on pool.
@@ -408,7 +411,11 @@ func (s *Store) Inputs(ctx context.Context, id string) ([]PendingInput, error) {
 	return out, nil
 }
 
-// List returns a page of operations, newest first, with keyset pagination on (created_at, id).
+// List returns a page of operations, newest first, with keyset pagination on (created_at, id),
+// and the filter's real total. A filter on what the ledger spreads over several tables or on a
+// column whose values may be rare (task state, needs a person, mismatch, workflow, route,
+// outcome) takes its page from overview_ops' indexes for the operations not dirty and from the
+// ledger for the dirty ones; the others walk the ledger's list indexes.
 func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
@@ -416,23 +423,67 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 	if f.Limit > 500 {
 		f.Limit = 500
 	}
+	counted, err := s.overviewCounted(ctx)
+	if err != nil {
+		return Page{}, err
+	}
+	return s.list(ctx, scope, f, counted)
+}
+
+// list is List with the counters' indexes and totals (counted) or without.
+func (s *Store) list(ctx context.Context, scope Scope, f Filter, counted bool) (Page, error) {
+	var after time.Time
+	var afterID string
+	if f.After != "" {
+		var err error
+		if after, afterID, err = decodeCursor(f.After); err != nil {
+			return Page{}, err
+		}
+	}
+	total, err := s.count(ctx, scope, f, counted)
+	if err != nil {
+		return Page{}, err
+	}
+	p := Page{Operations: []Operation{}, Total: total}
+	if total == 0 {
+		return p, nil
+	}
 	where, args := filterWhere(scope, f)
 	arg := func(v any) string {
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	if f.After != "" {
-		at, id, err := decodeCursor(f.After)
-		if err != nil {
-			return Page{}, err
+	// The page's ids first, then their rows: the columns' subqueries (NeedsPersonSQL) are
+	// planned for the page's rows, not for every row the filter could select.
+	var ids string
+	derived := f.Workflow != "" || f.Route != "" || f.TaskState != "" || f.DomainOutcome != "" || f.Mismatch || f.Attention
+	if counted && derived && strings.TrimSpace(f.Search) == "" {
+		stored := storedWhere(scope, f, &args)
+		if f.After != "" {
+			at, id := arg(after), arg(afterID)
+			where = append(where, "(o.created_at, o.id) < ("+at+", "+id+"::uuid)")
+			stored = append(stored, "(created_at, operation_id) < ("+at+", "+id+"::uuid)")
 		}
-		where = append(where, "(o.created_at, o.id) < ("+arg(at)+", "+arg(id)+"::uuid)")
+		n := arg(f.Limit + 1)
+		ids = `SELECT c.id FROM (
+			(SELECT operation_id AS id, created_at FROM overview_ops WHERE ` + strings.Join(stored, " AND ") + `
+				AND NOT (operation_id IN (SELECT operation_id FROM overview_dirty))
+				ORDER BY created_at DESC, operation_id DESC LIMIT ` + n + `)
+			UNION ALL
+			(SELECT o.id, o.created_at FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
+				WHERE o.id IN (SELECT operation_id FROM overview_dirty) AND ` + strings.Join(where, " AND ") + `)
+			) c ORDER BY c.created_at DESC, c.id DESC LIMIT ` + n
+	} else {
+		if f.After != "" {
+			where = append(where, "(o.created_at, o.id) < ("+arg(after)+", "+arg(afterID)+"::uuid)")
+		}
+		ids = `SELECT o.id FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id`
+		if len(where) > 0 {
+			ids += " WHERE " + strings.Join(where, " AND ")
+		}
+		ids += " ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
 	}
-	q := `SELECT ` + opColumns + opFrom
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
+	q := `SELECT ` + opColumns + opFrom + ` WHERE o.id IN (` + ids + `) ORDER BY o.created_at DESC, o.id DESC`
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("list operations: %w", err)
@@ -441,10 +492,7 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 	if err != nil {
 		return Page{}, fmt.Errorf("list operations: %w", err)
 	}
-	p := Page{Operations: ops}
-	if p.Total, err = s.Count(ctx, scope, f); err != nil {
-		return Page{}, err
-	}
+	p.Operations = ops
 	if p.Operations == nil {
 		p.Operations = []Operation{}
 	}
