@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,7 +61,9 @@ type Options struct {
 	WatchPoll  time.Duration
 	// Only names the phases to run (empty: all). Setup always runs; the scale and console
 	// phases seed the ledger first.
-	Only   []string
+	Only []string
+	// Pages, when set, keeps the console pages whose names it matches.
+	Pages  *regexp.Regexp
 	Logger *slog.Logger
 }
 

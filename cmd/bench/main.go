@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 )
@@ -61,6 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.DurationVar(&o.WatchFor, "watch-for", 0, "how long the watched Tasks are measured (default 20s; 10s quick)")
 	fs.IntVar(&o.Toggles, "toggles", 0, "kill switch engage/release rounds (default 50)")
 	fs.IntVar(&o.PageRequests, "page-requests", 0, "requests per console page (default 40; 20 quick)")
+	pages := fs.String("pages", "", "a regular expression: only the console pages whose names it matches (e.g. '^reconcile')")
 	only := fs.String("only", "", "comma-separated phases to run (start, cap, killswitch, watch, waitfortask, scale, console); empty = all")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -69,6 +71,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if p = strings.TrimSpace(p); p != "" {
 			o.Only = append(o.Only, p)
 		}
+	}
+	if *pages != "" {
+		re, err := regexp.Compile(*pages)
+		if err != nil {
+			return fmt.Errorf("-pages: %w", err)
+		}
+		o.Pages = re
 	}
 	o.Quick = *quick
 	o = o.filled()

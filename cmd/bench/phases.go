@@ -382,6 +382,9 @@ func (e *env) consolePhase(ctx context.Context, res *Results) error {
 	c := &res.Console
 	c.Pages = map[string]float64{}
 	for _, pg := range consolePages {
+		if e.o.Pages != nil && !e.o.Pages.MatchString(pg.name) {
+			continue
+		}
 		path := pg.path
 		if strings.HasSuffix(path, "…") {
 			if path, err = deep(pg.name, path); err != nil {
