@@ -90,16 +90,16 @@ const overviewLock = `hashtextextended('taskgate:overview', 0)`
 // adds the difference to the counters; it returns the marks taken. One statement: the facts it
 // kept before, the facts now and the marks it takes are all of one snapshot.
 var compactSQL = `WITH d AS (DELETE FROM overview_dirty WHERE ctid = ANY (ARRAY(SELECT ctid FROM overview_dirty LIMIT $1)) RETURNING operation_id),
-	ids AS (SELECT DISTINCT operation_id AS id FROM d),
-	cur AS (` + factsSQL + ` WHERE o.id IN (SELECT id FROM ids)),
-	old AS (SELECT ` + factCols + ` FROM overview_ops WHERE operation_id IN (SELECT id FROM ids)),
+	ids AS (SELECT coalesce(array_agg(DISTINCT operation_id), '{}') AS ids FROM d),
+	cur AS (` + factsSQL + ` WHERE o.id = ANY ((SELECT ids FROM ids)::uuid[])),
+	old AS (SELECT ` + factCols + ` FROM overview_ops WHERE operation_id = ANY ((SELECT ids FROM ids)::uuid[])),
 	kept AS (INSERT INTO overview_ops AS k (` + factCols + `) SELECT ` + factCols + ` FROM cur
 		ON CONFLICT (operation_id) DO UPDATE SET tenant = excluded.tenant, workflow = excluded.workflow, route = excluded.route,
 		created_at = excluded.created_at, task_state = excluded.task_state, tool_error = excluded.tool_error, outcome = excluded.outcome,
 		attention = excluded.attention, needs_person = excluded.needs_person, ended_hour = excluded.ended_hour, ri_open = excluded.ri_open,
 		ri_hours = excluded.ri_hours, server = excluded.server, polls = excluded.polls, to_terminal = excluded.to_terminal
 		WHERE ROW(k.*) IS DISTINCT FROM ROW(excluded.*)),
-	gone AS (DELETE FROM overview_ops WHERE operation_id IN (SELECT id FROM ids) AND operation_id NOT IN (SELECT operation_id FROM cur)),
+	gone AS (DELETE FROM overview_ops WHERE operation_id = ANY ((SELECT ids FROM ids)::uuid[]) AND operation_id NOT IN (SELECT operation_id FROM cur)),
 	chg AS (SELECT ` + factCols + `, 1 AS sign FROM cur UNION ALL SELECT ` + factCols + `, -1 FROM old),
 	` + addCounters("chg") + `
 	SELECT count(*) FROM d`
@@ -191,9 +191,14 @@ func (s *Store) overviewCounted(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// pendCTE computes, as two CTEs d and pend, the facts of the operations still dirty in scope
+// pendCTE computes, as two CTEs dirty and pend, the facts of the operations still dirty in scope
 // ($1 all, $2 tenants): their facts now with sign +1 and the facts counted before with -1. A
 // reader adds pend's counter rows to the tables' to read what the ledger holds now.
-const pendCTE = `d AS (SELECT DISTINCT operation_id AS id FROM overview_dirty),
-	pend AS (SELECT ` + factCols + `, 1 AS sign FROM (` + factsSQL + ` WHERE o.id IN (SELECT id FROM d) AND ($1 OR o.tenant = ANY($2))) f
-		UNION ALL SELECT ` + factCols + `, -1 FROM overview_ops WHERE operation_id IN (SELECT id FROM d) AND ($1 OR tenant = ANY($2)))`
+const pendCTE = dirtyCTE + `,
+	pend AS (SELECT ` + factCols + `, 1 AS sign FROM (` + factsSQL + ` WHERE o.id = ANY ((SELECT ids FROM dirty)::uuid[]) AND ($1 OR o.tenant = ANY($2))) f
+		UNION ALL SELECT ` + factCols + `, -1 FROM overview_ops WHERE operation_id = ANY ((SELECT ids FROM dirty)::uuid[]) AND ($1 OR tenant = ANY($2)))`
+
+// dirtyCTE is the CTE dirty: the ids marked dirty, as one array. Readers match ids against it
+// (= ANY) rather than join the table: the plan stays index probes of the dirty ids whatever the
+// table's statistics say (a join planned for many marks would read the whole ledger).
+const dirtyCTE = `dirty AS (SELECT coalesce(array_agg(DISTINCT operation_id), '{}') AS ids FROM overview_dirty)`

@@ -125,29 +125,30 @@ func (s *Store) Count(ctx context.Context, scope Scope, f Filter) (int, error) {
 
 // count is Count from the counters (counted) or from the ledger.
 func (s *Store) count(ctx context.Context, scope Scope, f Filter, counted bool) (int, error) {
-	var q string
-	var args []any
-	if counted && strings.TrimSpace(f.Search) == "" {
-		var live []string
-		live, args = filterWhere(scope, f)
-		live = append(live, "o.id IN (SELECT operation_id FROM overview_dirty)")
-		stored := strings.Join(storedWhere(scope, f, &args), " AND ")
-		q = `SELECT (SELECT coalesce(sum(ops), 0) FROM overview_totals WHERE ` + stored + `)
-			+ (SELECT count(*) FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id WHERE ` + strings.Join(live, " AND ") + `)
-			- (SELECT count(*) FROM overview_ops WHERE operation_id IN (SELECT operation_id FROM overview_dirty) AND ` + stored + `)`
-	} else {
-		var where []string
-		where, args = filterWhere(scope, f)
-		q = `SELECT count(*)` + opFrom
-		if len(where) > 0 {
-			q += " WHERE " + strings.Join(where, " AND ")
-		}
-	}
+	q, args := countQuery(scope, f, counted)
 	var n int
 	if err := s.pool.QueryRow(ctx, q, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count operations: %w", err)
 	}
 	return n, nil
+}
+
+// countQuery is the query of count and its arguments.
+func countQuery(scope Scope, f Filter, counted bool) (string, []any) {
+	if counted && strings.TrimSpace(f.Search) == "" {
+		live, args := filterWhere(scope, f)
+		live = append(live, "o.id = ANY ((SELECT ids FROM dirty)::uuid[])")
+		stored := strings.Join(storedWhere(scope, f, &args), " AND ")
+		return `WITH ` + dirtyCTE + ` SELECT (SELECT coalesce(sum(ops), 0) FROM overview_totals WHERE ` + stored + `)
+			+ (SELECT count(*) FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id WHERE ` + strings.Join(live, " AND ") + `)
+			- (SELECT count(*) FROM overview_ops WHERE operation_id = ANY ((SELECT ids FROM dirty)::uuid[]) AND ` + stored + `)`, args
+	}
+	where, args := filterWhere(scope, f)
+	q := `SELECT count(*)` + opFrom
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	return q, args
 }
 
 // Question is an open input request with the operation it belongs to: one entry of the inbox.

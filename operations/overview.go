@@ -218,6 +218,23 @@ const matrixCountedSQL = `WITH ` + pendCTE + `
 			  AND NOT coalesce(t.state IN ` + openStatesSQL + `, false) AND o.attention IS NULL
 	) x GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0 ORDER BY 1, 2, 3, 4, 5`
 
+// loadCountedSQL is the overview's per-workflow load from the counters: tasks in flight, tasks
+// waiting for an answer and open reconciliation items ($1 all, $2 tenants).
+var loadCountedSQL = `WITH ` + pendCTE + `
+	SELECT workflow, coalesce(sum(n) FILTER (WHERE task_state IN ` + openStatesSQL + `), 0)::bigint,
+		coalesce(sum(n) FILTER (WHERE task_state = 'input_required'), 0)::bigint, coalesce(sum(r), 0)::bigint FROM (
+		SELECT workflow, task_state, ops AS n, ri_open AS r FROM overview_totals WHERE ($1 OR tenant = ANY($2))
+		UNION ALL SELECT workflow, task_state, sign, CASE WHEN ri_open THEN sign ELSE 0 END FROM pend) x
+	GROUP BY workflow`
+
+// hoursCountedSQL is the overview's hourly chart from the counters, for the hours $3 to $4.
+var hoursCountedSQL = `WITH ` + pendCTE + `, ph AS (` + hourlyOf("pend") + `)
+	SELECT h.start, coalesce(sum(x.starts), 0)::bigint, coalesce(sum(x.ended), 0)::bigint, coalesce(sum(x.unknown), 0)::bigint
+	FROM generate_series($3::timestamptz, $4::timestamptz, interval '1 hour') AS h(start)
+	LEFT JOIN (SELECT hour, starts, ended, unknown FROM overview_hourly WHERE ($1 OR tenant = ANY($2)) AND hour >= $3
+		UNION ALL SELECT hour, starts, ended, unknown FROM ph WHERE hour >= $3) x ON x.hour = h.start
+	GROUP BY h.start ORDER BY h.start`
+
 // edgeSplit is where in the window's first hour the matrix stops reading the hour's part inside
 // the window from the ledger and reads the part before it instead, to subtract: at most half an
 // hour of operations either way.
@@ -257,12 +274,7 @@ func overviewCounted(ctx context.Context, tx pgx.Tx, scope Scope, hours int, spl
 		})
 		return err
 	})
-	b.Queue(`WITH `+pendCTE+`
-		SELECT workflow, coalesce(sum(n) FILTER (WHERE task_state IN `+openStatesSQL+`), 0)::bigint,
-			coalesce(sum(n) FILTER (WHERE task_state = 'input_required'), 0)::bigint, coalesce(sum(r), 0)::bigint FROM (
-			SELECT workflow, task_state, ops AS n, ri_open AS r FROM overview_totals WHERE ($1 OR tenant = ANY($2))
-			UNION ALL SELECT workflow, task_state, sign, CASE WHEN ri_open THEN sign ELSE 0 END FROM pend) x
-		GROUP BY workflow`, all, tenants).Query(func(rows pgx.Rows) error {
+	b.Queue(loadCountedSQL, all, tenants).Query(func(rows pgx.Rows) error {
 		var wf string
 		var n, in, open int
 		_, err := pgx.ForEachRow(rows, []any{&wf, &n, &in, &open}, func() error {
@@ -278,12 +290,7 @@ func overviewCounted(ctx context.Context, tx pgx.Tx, scope Scope, hours int, spl
 	})
 	queueViolations(b, &ov, all, tenants, hours)
 	last := now.UTC().Truncate(time.Hour)
-	b.Queue(`WITH `+pendCTE+`, ph AS (`+hourlyOf("pend")+`)
-		SELECT h.start, coalesce(sum(x.starts), 0)::bigint, coalesce(sum(x.ended), 0)::bigint, coalesce(sum(x.unknown), 0)::bigint
-		FROM generate_series($3::timestamptz, $4::timestamptz, interval '1 hour') AS h(start)
-		LEFT JOIN (SELECT hour, starts, ended, unknown FROM overview_hourly WHERE ($1 OR tenant = ANY($2)) AND hour >= $3
-			UNION ALL SELECT hour, starts, ended, unknown FROM ph WHERE hour >= $3) x ON x.hour = h.start
-		GROUP BY h.start ORDER BY h.start`, all, tenants, last.Add(-time.Duration(hours-1)*time.Hour), last).Query(func(rows pgx.Rows) error {
+	b.Queue(hoursCountedSQL, all, tenants, last.Add(-time.Duration(hours-1)*time.Hour), last).Query(func(rows pgx.Rows) error {
 		var err error
 		ov.Hours, err = collectHours(rows)
 		return err

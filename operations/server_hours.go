@@ -61,18 +61,21 @@ func serverHoursDirect(ctx context.Context, q querier, scope Scope, hours int) (
 	return collectServerHours(rows)
 }
 
-// serverHoursCounted reads ServerHours from overview_server_hours and the operations still
-// dirty, in one statement.
+// serverHoursCountedSQL is ServerHours from overview_server_hours and the operations still
+// dirty ($1 all, $2 tenants, $3 hours).
+var serverHoursCountedSQL = `WITH ` + pendCTE + `, ps AS (` + serverHoursOf("pend") + `),
+	w AS (SELECT date_trunc('hour', now(), 'UTC') - ($3 - 1) * interval '1 hour' AS first)
+	SELECT server, hour, sum(ended)::bigint, sum(polls)::bigint, sum(errors)::bigint,
+		coalesce(sum(to_terminal) / nullif(sum(ended), 0)::numeric, 0) FROM (
+		SELECT server, hour, ended, polls, errors, to_terminal FROM overview_server_hours
+			WHERE ($1 OR tenant = ANY($2)) AND hour >= (SELECT first FROM w)
+		UNION ALL SELECT server, hour, ended, polls, errors, to_terminal FROM ps WHERE hour >= (SELECT first FROM w)) x
+	GROUP BY 1, 2 HAVING sum(ended) <> 0 ORDER BY 1, 2`
+
+// serverHoursCounted reads ServerHours from the counters, in one statement.
 func serverHoursCounted(ctx context.Context, q querier, scope Scope, hours int) ([]ServerHour, error) {
 	all, tenants := scopeArgs(scope)
-	rows, err := q.Query(ctx, `WITH `+pendCTE+`, ps AS (`+serverHoursOf("pend")+`),
-		w AS (SELECT date_trunc('hour', now(), 'UTC') - ($3 - 1) * interval '1 hour' AS first)
-		SELECT server, hour, sum(ended)::bigint, sum(polls)::bigint, sum(errors)::bigint,
-			coalesce(sum(to_terminal) / nullif(sum(ended), 0)::numeric, 0) FROM (
-			SELECT server, hour, ended, polls, errors, to_terminal FROM overview_server_hours
-				WHERE ($1 OR tenant = ANY($2)) AND hour >= (SELECT first FROM w)
-			UNION ALL SELECT server, hour, ended, polls, errors, to_terminal FROM ps WHERE hour >= (SELECT first FROM w)) x
-		GROUP BY 1, 2 HAVING sum(ended) <> 0 ORDER BY 1, 2`, all, tenants, hours)
+	rows, err := q.Query(ctx, serverHoursCountedSQL, all, tenants, hours)
 	if err != nil {
 		return nil, fmt.Errorf("server hours: %w", err)
 	}

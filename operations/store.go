@@ -432,13 +432,9 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 
 // list is List with the counters' indexes and totals (counted) or without.
 func (s *Store) list(ctx context.Context, scope Scope, f Filter, counted bool) (Page, error) {
-	var after time.Time
-	var afterID string
-	if f.After != "" {
-		var err error
-		if after, afterID, err = decodeCursor(f.After); err != nil {
-			return Page{}, err
-		}
+	q, args, err := listQuery(scope, f, counted)
+	if err != nil {
+		return Page{}, err
 	}
 	total, err := s.count(ctx, scope, f, counted)
 	if err != nil {
@@ -448,42 +444,6 @@ func (s *Store) list(ctx context.Context, scope Scope, f Filter, counted bool) (
 	if total == 0 {
 		return p, nil
 	}
-	where, args := filterWhere(scope, f)
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
-	// The page's ids first, then their rows: the columns' subqueries (NeedsPersonSQL) are
-	// planned for the page's rows, not for every row the filter could select.
-	var ids string
-	derived := f.Workflow != "" || f.Route != "" || f.TaskState != "" || f.DomainOutcome != "" || f.Mismatch || f.Attention
-	if counted && derived && strings.TrimSpace(f.Search) == "" {
-		stored := storedWhere(scope, f, &args)
-		if f.After != "" {
-			at, id := arg(after), arg(afterID)
-			where = append(where, "(o.created_at, o.id) < ("+at+", "+id+"::uuid)")
-			stored = append(stored, "(created_at, operation_id) < ("+at+", "+id+"::uuid)")
-		}
-		n := arg(f.Limit + 1)
-		ids = `SELECT c.id FROM (
-			(SELECT operation_id AS id, created_at FROM overview_ops WHERE ` + strings.Join(stored, " AND ") + `
-				AND NOT (operation_id IN (SELECT operation_id FROM overview_dirty))
-				ORDER BY created_at DESC, operation_id DESC LIMIT ` + n + `)
-			UNION ALL
-			(SELECT o.id, o.created_at FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
-				WHERE o.id IN (SELECT operation_id FROM overview_dirty) AND ` + strings.Join(where, " AND ") + `)
-			) c ORDER BY c.created_at DESC, c.id DESC LIMIT ` + n
-	} else {
-		if f.After != "" {
-			where = append(where, "(o.created_at, o.id) < ("+arg(after)+", "+arg(afterID)+"::uuid)")
-		}
-		ids = `SELECT o.id FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id`
-		if len(where) > 0 {
-			ids += " WHERE " + strings.Join(where, " AND ")
-		}
-		ids += " ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
-	}
-	q := `SELECT ` + opColumns + opFrom + ` WHERE o.id IN (` + ids + `) ORDER BY o.created_at DESC, o.id DESC`
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("list operations: %w", err)
@@ -502,6 +462,62 @@ func (s *Store) list(ctx context.Context, scope Scope, f Filter, counted bool) (
 		p.Next = encodeCursor(last.CreatedAt, last.ID)
 	}
 	return p, nil
+}
+
+// listQuery is the query of a page of List (f.Limit rows and one more) and its arguments.
+func listQuery(scope Scope, f Filter, counted bool) (string, []any, error) {
+	var after time.Time
+	var afterID string
+	if f.After != "" {
+		var err error
+		if after, afterID, err = decodeCursor(f.After); err != nil {
+			return "", nil, err
+		}
+	}
+	where, args := filterWhere(scope, f)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	// The page's ids first, then their rows: the columns' subqueries (NeedsPersonSQL) are
+	// planned for the page's rows, not for every row the filter could select.
+	var with, ids string
+	if counted && usesOverviewIndexes(f) {
+		with = `WITH ` + dirtyCTE + ` `
+		stored := storedWhere(scope, f, &args)
+		if f.After != "" {
+			at, id := arg(after), arg(afterID)
+			where = append(where, "(o.created_at, o.id) < ("+at+", "+id+"::uuid)")
+			stored = append(stored, "(created_at, operation_id) < ("+at+", "+id+"::uuid)")
+		}
+		n := arg(f.Limit + 1)
+		ids = `SELECT c.id FROM (
+			(SELECT operation_id AS id, created_at FROM overview_ops WHERE ` + strings.Join(stored, " AND ") + `
+				AND NOT (operation_id = ANY ((SELECT ids FROM dirty)::uuid[]))
+				ORDER BY created_at DESC, operation_id DESC LIMIT ` + n + `)
+			UNION ALL
+			(SELECT o.id, o.created_at FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
+				WHERE o.id = ANY ((SELECT ids FROM dirty)::uuid[]) AND ` + strings.Join(where, " AND ") + `)
+			) c ORDER BY c.created_at DESC, c.id DESC LIMIT ` + n
+	} else {
+		if f.After != "" {
+			where = append(where, "(o.created_at, o.id) < ("+arg(after)+", "+arg(afterID)+"::uuid)")
+		}
+		ids = `SELECT o.id FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id`
+		if len(where) > 0 {
+			ids += " WHERE " + strings.Join(where, " AND ")
+		}
+		ids += " ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
+	}
+	return with + `SELECT ` + opColumns + opFrom + ` WHERE o.id IN (` + ids + `) ORDER BY o.created_at DESC, o.id DESC`, args, nil
+}
+
+// usesOverviewIndexes reports whether List pages f through overview_ops: a filter on what the
+// ledger spreads over several tables, or on a column whose values may be rare, and no search.
+// Without one (all, a tenant) the ledger's own list indexes serve.
+func usesOverviewIndexes(f Filter) bool {
+	return strings.TrimSpace(f.Search) == "" &&
+		(f.Workflow != "" || f.Route != "" || f.TaskState != "" || f.DomainOutcome != "" || f.Mismatch || f.Attention)
 }
 
 func encodeCursor(at time.Time, id string) string {
