@@ -112,6 +112,8 @@ CREATE INDEX overview_ops_task_state_idx ON overview_ops (task_state, created_at
 CREATE INDEX overview_ops_outcome_idx ON overview_ops (outcome, created_at DESC, operation_id DESC);
 CREATE INDEX overview_ops_workflow_idx ON overview_ops (workflow, created_at DESC, operation_id DESC);
 CREATE INDEX overview_ops_route_idx ON overview_ops (route, created_at DESC, operation_id DESC);
+-- The overview's matrix reads the operations of its window's first, partial hour by start.
+CREATE INDEX overview_ops_created_idx ON overview_ops (created_at);
 
 -- The dirty marks. The operations row and the questions and reconciliation items already have a
 -- trigger per changed row (the live updates of 00007/00017); their function appends the mark in

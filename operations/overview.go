@@ -197,47 +197,59 @@ func collectHours(rows pgx.Rows) ([]HourBucket, error) {
 	})
 }
 
-// The matrix from the counters. An open operation (task in an open state, or attention set)
-// is in the matrix whenever it started: its cells are overview_totals'. One not open is in it
-// when it started within the window: overview_created by the hour it started, for the hours
-// after the window's first, partial hour, plus that hour's part inside the window read from the
-// ledger (or the whole hour's count less its part before the window, whichever reads fewer rows).
-const matrixCountedSQL = `WITH ` + pendCTE + `
-	SELECT workflow, route, task_state, tool_error, outcome, sum(n)::bigint FROM (
+// overviewCountedSQL reads the matrix, the per-workflow load and the hourly chart from the
+// counters and the operations still dirty ($1 all, $2 tenants, $3 hours, $4 the edge split),
+// one row per matrix cell ('m'), workflow ('l') and hour ('h'), in one statement so the dirty
+// operations' facts are read and planned once.
+//
+// An open operation (task in an open state, or attention set) is in the matrix whenever it
+// started: its cells are overview_totals'. One not open is in it when it started within the
+// window (from, now]: overview_created by the hour it started, for the hours after the window's
+// first, partial hour, plus that hour's part inside the window read from overview_ops by its
+// start; or, when the window starts less than $4 into that hour, the whole hour less its part
+// before the window: at most half an hour of operations either way.
+var overviewCountedSQL = `WITH ` + pendCTE + `,
+	w AS (SELECT now() - $3 * interval '1 hour' AS win, date_trunc('hour', now() - $3 * interval '1 hour', 'UTC') AS first,
+		date_trunc('hour', now(), 'UTC') AS last),
+	e AS (SELECT CASE WHEN win - first <= $4 THEN first ELSE first + interval '1 hour' END AS hours_from,
+		CASE WHEN win - first <= $4 THEN -1 ELSE 1 END AS sign,
+		CASE WHEN win - first <= $4 THEN first ELSE win + interval '1 microsecond' END AS lo,
+		CASE WHEN win - first <= $4 THEN win + interval '1 microsecond' ELSE first + interval '1 hour' END AS hi FROM w),
+	m AS (SELECT workflow, route, task_state, tool_error, outcome, sum(n)::bigint AS n FROM (
 		SELECT workflow, route, task_state, tool_error, outcome, ops AS n FROM overview_totals
 			WHERE ($1 OR tenant = ANY($2)) AND (task_state IN ` + openStatesSQL + ` OR attention)
 		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, sign FROM pend
 			WHERE task_state IN ` + openStatesSQL + ` OR attention
 		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, ops FROM overview_created
-			WHERE ($1 OR tenant = ANY($2)) AND hour >= $3
+			WHERE ($1 OR tenant = ANY($2)) AND hour >= (SELECT hours_from FROM e)
 		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, sign FROM pend
-			WHERE NOT (task_state IN ` + openStatesSQL + ` OR attention) AND date_trunc('hour', created_at, 'UTC') >= $3
-		UNION ALL SELECT o.workflow, o.route, coalesce(t.state, ''), coalesce(t.tool_error, false), o.domain_outcome, $4::int
-			FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
-			WHERE ($1 OR o.tenant = ANY($2)) AND %s
-			  AND NOT coalesce(t.state IN ` + openStatesSQL + `, false) AND o.attention IS NULL
-	) x GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0 ORDER BY 1, 2, 3, 4, 5`
-
-// loadCountedSQL is the overview's per-workflow load from the counters: tasks in flight, tasks
-// waiting for an answer and open reconciliation items ($1 all, $2 tenants).
-var loadCountedSQL = `WITH ` + pendCTE + `
-	SELECT workflow, coalesce(sum(n) FILTER (WHERE task_state IN ` + openStatesSQL + `), 0)::bigint,
-		coalesce(sum(n) FILTER (WHERE task_state = 'input_required'), 0)::bigint, coalesce(sum(r), 0)::bigint FROM (
+			WHERE NOT (task_state IN ` + openStatesSQL + ` OR attention) AND date_trunc('hour', created_at, 'UTC') >= (SELECT hours_from FROM e)
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, (SELECT sign FROM e) FROM overview_ops
+			WHERE ($1 OR tenant = ANY($2)) AND created_at >= (SELECT lo FROM e) AND created_at < (SELECT hi FROM e)
+			  AND NOT (task_state IN ` + openStatesSQL + ` OR attention)
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, (SELECT sign FROM e) * sign FROM pend
+			WHERE created_at >= (SELECT lo FROM e) AND created_at < (SELECT hi FROM e) AND NOT (task_state IN ` + openStatesSQL + ` OR attention)
+		) x GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0),
+	l AS (SELECT workflow, coalesce(sum(n) FILTER (WHERE task_state IN ` + openStatesSQL + `), 0)::bigint AS in_flight,
+		coalesce(sum(n) FILTER (WHERE task_state = 'input_required'), 0)::bigint AS input, coalesce(sum(r), 0)::bigint AS open FROM (
 		SELECT workflow, task_state, ops AS n, ri_open AS r FROM overview_totals WHERE ($1 OR tenant = ANY($2))
 		UNION ALL SELECT workflow, task_state, sign, CASE WHEN ri_open THEN sign ELSE 0 END FROM pend) x
-	GROUP BY workflow`
+		GROUP BY workflow),
+	ph AS (` + hourlyOf("pend") + `),
+	h AS (SELECT h.start, coalesce(sum(x.starts), 0)::bigint AS starts, coalesce(sum(x.ended), 0)::bigint AS ended,
+		coalesce(sum(x.unknown), 0)::bigint AS unknown
+		FROM generate_series((SELECT last FROM w) - ($3 - 1) * interval '1 hour', (SELECT last FROM w), interval '1 hour') AS h(start)
+		LEFT JOIN (SELECT hour, starts, ended, unknown FROM overview_hourly
+				WHERE ($1 OR tenant = ANY($2)) AND hour >= (SELECT last FROM w) - ($3 - 1) * interval '1 hour'
+			UNION ALL SELECT hour, starts, ended, unknown FROM ph) x ON x.hour = h.start
+		GROUP BY h.start)
+	SELECT 'm', workflow, route, task_state, tool_error, outcome, NULL::timestamptz, n, 0::bigint, 0::bigint FROM m
+	UNION ALL SELECT 'l', workflow, '', '', false, '', NULL, in_flight, input, open FROM l
+	UNION ALL SELECT 'h', '', '', '', false, '', start, starts, ended, unknown FROM h
+	ORDER BY 1, 2, 3, 4, 5, 6, 7`
 
-// hoursCountedSQL is the overview's hourly chart from the counters, for the hours $3 to $4.
-var hoursCountedSQL = `WITH ` + pendCTE + `, ph AS (` + hourlyOf("pend") + `)
-	SELECT h.start, coalesce(sum(x.starts), 0)::bigint, coalesce(sum(x.ended), 0)::bigint, coalesce(sum(x.unknown), 0)::bigint
-	FROM generate_series($3::timestamptz, $4::timestamptz, interval '1 hour') AS h(start)
-	LEFT JOIN (SELECT hour, starts, ended, unknown FROM overview_hourly WHERE ($1 OR tenant = ANY($2)) AND hour >= $3
-		UNION ALL SELECT hour, starts, ended, unknown FROM ph WHERE hour >= $3) x ON x.hour = h.start
-	GROUP BY h.start ORDER BY h.start`
-
-// edgeSplit is where in the window's first hour the matrix stops reading the hour's part inside
-// the window from the ledger and reads the part before it instead, to subtract: at most half an
-// hour of operations either way.
+// edgeSplit is where in the window's first hour the matrix stops adding the hour's part inside
+// the window and subtracts the part before it instead.
 const edgeSplit = 30 * time.Minute
 
 // overviewCounted reads the overview from the counters, adding what the operations still
@@ -246,55 +258,32 @@ const edgeSplit = 30 * time.Minute
 func overviewCounted(ctx context.Context, tx pgx.Tx, scope Scope, hours int, split time.Duration) (Overview, error) {
 	ov := newOverview()
 	all, tenants := scopeArgs(scope)
-	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return ov, fmt.Errorf("overview: %w", err)
-	}
-	// The window is (from, now]; its first hour starts at first and is partly before it.
-	from := now.Add(-time.Duration(hours) * time.Hour)
-	first := from.UTC().Truncate(time.Hour)
 	b := &pgx.Batch{}
-	var matrix string
-	var args []any
-	if from.Sub(first) <= split {
-		// The whole first hour, less the ledger's rows from its start to the window's.
-		matrix = fmt.Sprintf(matrixCountedSQL, `o.created_at >= $5 AND o.created_at <= $6`)
-		args = []any{all, tenants, first, -1, first, from}
-	} else {
-		// The hours after the first, plus the ledger's rows of the first inside the window.
-		next := first.Add(time.Hour)
-		matrix = fmt.Sprintf(matrixCountedSQL, `o.created_at > $5 AND o.created_at < $6`)
-		args = []any{all, tenants, next, 1, from, next}
-	}
-	b.Queue(matrix, args...).Query(func(rows pgx.Rows) error {
-		var err error
-		ov.Cells, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (MatrixCell, error) {
-			var c MatrixCell
-			return c, r.Scan(&c.Workflow, &c.Route, &c.TaskState, &c.ToolError, &c.Outcome, &c.Count)
-		})
-		return err
-	})
-	b.Queue(loadCountedSQL, all, tenants).Query(func(rows pgx.Rows) error {
-		var wf string
-		var n, in, open int
-		_, err := pgx.ForEachRow(rows, []any{&wf, &n, &in, &open}, func() error {
-			if n > 0 {
-				ov.InFlight[wf], ov.InputRequired[wf] = n, in
-			}
-			if open > 0 {
-				ov.OpenReconciliation[wf] = open
+	b.Queue(overviewCountedSQL, all, tenants, hours, split).Query(func(rows pgx.Rows) error {
+		var part, wf, route, state, outcome string
+		var toolError bool
+		var hour *time.Time
+		var a, bb, c int
+		_, err := pgx.ForEachRow(rows, []any{&part, &wf, &route, &state, &toolError, &outcome, &hour, &a, &bb, &c}, func() error {
+			switch part {
+			case "m":
+				ov.Cells = append(ov.Cells, MatrixCell{Workflow: wf, Route: Route(route), TaskState: TaskState(state), ToolError: toolError,
+					Outcome: Outcome(outcome), Count: a})
+			case "l":
+				if a > 0 {
+					ov.InFlight[wf], ov.InputRequired[wf] = a, bb
+				}
+				if c > 0 {
+					ov.OpenReconciliation[wf] = c
+				}
+			case "h":
+				ov.Hours = append(ov.Hours, HourBucket{Start: *hour, Starts: a, Terminal: bb, Unknown: c})
 			}
 			return nil
 		})
 		return err
 	})
 	queueViolations(b, &ov, all, tenants, hours)
-	last := now.UTC().Truncate(time.Hour)
-	b.Queue(hoursCountedSQL, all, tenants, last.Add(-time.Duration(hours-1)*time.Hour), last).Query(func(rows pgx.Rows) error {
-		var err error
-		ov.Hours, err = collectHours(rows)
-		return err
-	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return Overview{}, fmt.Errorf("overview: %w", err)
 	}
