@@ -42,9 +42,10 @@ func (c *CompactorConfig) validate() error {
 	return nil
 }
 
-// Compactor moves the operations marked dirty into the console's counts (Store.CompactOverview)
-// every Interval, and counts the whole ledger first when the counts do not hold it yet (a ledger
-// that existed before the counters). Every console replica runs one; an advisory lock lets one
+// Compactor moves the operations marked dirty into the console's counts, and the reconciliation
+// queue's appended count changes into its counts (Store.CompactOverview), every Interval; it
+// counts the whole ledger first when the counts do not hold it yet (a ledger that existed
+// before the counters). Every console replica runs one; an advisory lock lets one
 // pass at a time do the work, so there is no leader to elect or lose.
 type Compactor struct {
 	cfg  CompactorConfig

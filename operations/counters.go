@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskgate/taskgate/reconcile"
 )
 
 // The console's counts (the overview's matrix, chart and per-workflow load, the list totals, the
@@ -120,7 +122,11 @@ func (s *Store) CompactOverview(ctx context.Context) (int, error) {
 				return err
 			}
 			// This statement's snapshot is taken after the lock: it sees every compaction before.
-			return tx.QueryRow(ctx, compactSQL, compactBatch).Scan(&n)
+			if err := tx.QueryRow(ctx, compactSQL, compactBatch).Scan(&n); err != nil {
+				return err
+			}
+			// The reconciliation queue's counts, folded under the same lock as their recount.
+			return reconcile.CompactQueueCounts(ctx, tx)
 		})
 		if err != nil {
 			return total, fmt.Errorf("compact overview counts: %w", err)
@@ -132,7 +138,8 @@ func (s *Store) CompactOverview(ctx context.Context) (int, error) {
 	}
 }
 
-// RecountOverview counts the whole ledger again: the repair for counts written with the
+// RecountOverview counts the whole ledger again, and the reconciliation queue's open items
+// (reconcile.RecountQueueCounts): the repair for counts written with the
 // triggers off (session_replication_role = replica, as the benchmark seeds), and the first
 // count of a ledger that existed before the counters (the compactor's service runs it then).
 // Readers keep the previous counts until it commits.
@@ -166,7 +173,7 @@ func (s *Store) recount(ctx context.Context, ifNeeded bool) error {
 				return err
 			}
 		}
-		return nil
+		return reconcile.RecountQueueCounts(ctx, tx)
 	})
 	if err != nil {
 		return fmt.Errorf("recount overview: %w", err)

@@ -423,8 +423,9 @@ func TestCompactorsOnTwoReplicas(t *testing.T) {
 	checkCounts(t, s, "compacted after")
 }
 
-// TestRecountRepairsRowsWrittenWithTriggersOff: rows written with the triggers off (as the
-// benchmark seeds) are missing from the counts until RecountOverview, and counted after it.
+// TestRecountRepairsRowsWrittenWithTriggersOff: operations and reconciliation items written with
+// the triggers off (as the benchmark seeds) are missing from the counts until RecountOverview,
+// and counted after it.
 func TestRecountRepairsRowsWrittenWithTriggersOff(t *testing.T) {
 	t.Parallel()
 	s := NewStore(pgtest.New(t))
@@ -442,6 +443,10 @@ func TestRecountRepairsRowsWrittenWithTriggersOff(t *testing.T) {
 		SELECT 'acme', 'refund', 'quiet-' || i, 'h', 'app', 'sync', 'r', 'r' FROM generate_series(1, 5) i`); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := conn.Exec(ctx, `INSERT INTO reconciliation_items (operation_id, tenant, workflow, reason)
+		SELECT id, tenant, workflow, 'sync_timeout' FROM operations WHERE idempotency_key LIKE 'quiet-%'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := conn.Exec(ctx, `RESET session_replication_role`); err != nil {
 		t.Fatal(err)
 	}
@@ -457,8 +462,22 @@ func TestRecountRepairsRowsWrittenWithTriggersOff(t *testing.T) {
 	if direct < 5 || n != direct-5 {
 		t.Fatalf("before the recount: counted %d, ledger %d; want the 5 quiet rows missing", n, direct)
 	}
+	queued := func() (counted, items int) {
+		t.Helper()
+		if err := s.pool.QueryRow(ctx, `SELECT (SELECT coalesce(sum(items), 0) FROM queue_counts) + (SELECT coalesce(sum(items), 0) FROM queue_count_deltas),
+			(SELECT count(*) FROM reconciliation_items WHERE closed_at IS NULL)`).Scan(&counted, &items); err != nil {
+			t.Fatal(err)
+		}
+		return counted, items
+	}
+	if counted, items := queued(); counted != items-5 {
+		t.Fatalf("before the recount the queue counts %d of %d open items; want the 5 quiet ones missing", counted, items)
+	}
 	if err := s.RecountOverview(ctx); err != nil {
 		t.Fatal(err)
 	}
 	checkCounts(t, s, "recounted")
+	if counted, items := queued(); counted != items {
+		t.Errorf("after the recount the queue counts %d of %d open items", counted, items)
+	}
 }
