@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/taskgate/taskgate/internal/pgtest"
 )
@@ -13,7 +14,7 @@ import (
 // (with and without a state change) and opening again, moving between tenants, workflows and
 // reasons, and deleting, and holds the bulk preview's
 // counts (compacted and not, then recounted) to a count of the items themselves, for each
-// filter the counts serve and in three scopes.
+// filter the counts serve (claimed by nobody and ages among them) and in three scopes.
 func TestQueueCountsEqualTheItems(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
@@ -30,13 +31,19 @@ func TestQueueCountsEqualTheItems(t *testing.T) {
 	pick := func(list ...string) string { return list[rng.IntN(len(list))] }
 	change := func() {
 		item := fmt.Sprintf(`(SELECT id FROM reconciliation_items ORDER BY id OFFSET %d LIMIT 1)`, rng.IntN(550))
-		switch rng.IntN(10) {
+		switch rng.IntN(12) {
 		case 0:
 			exec(`UPDATE reconciliation_items SET state = $1 WHERE id = `+item, pick("verifying", "needs_person"))
 		case 1:
 			exec(`UPDATE reconciliation_items SET state = $1, closed_at = now() WHERE closed_at IS NULL AND id = `+item, pick("settled", "resolved"))
 		case 2:
-			exec(`UPDATE reconciliation_items SET claimed_by = 'bob', claim_expires_at = now() + interval '1 hour' WHERE id = ` + item)
+			// A claim that holds, one that has expired, one released.
+			exec(`UPDATE reconciliation_items SET claimed_by = $1, claim_expires_at = now() + $2::interval WHERE id = `+item,
+				pick("bob", "carol"), pick("1 hour", "-1 minute"))
+		case 11:
+			exec(`UPDATE reconciliation_items SET opened_at = now() - $1::interval WHERE id = `+item, fmt.Sprintf("%d minutes", rng.IntN(3*24*60)))
+		case 10:
+			exec(`UPDATE reconciliation_items SET claimed_by = NULL, claim_expires_at = NULL WHERE id = ` + item)
 		case 3:
 			exec(`UPDATE reconciliation_items SET tenant = $1, workflow = $2 WHERE id = `+item, pick("acme", "globex", "initech"), pick("refund", "kyc"))
 		case 4:
@@ -59,7 +66,9 @@ func TestQueueCountsEqualTheItems(t *testing.T) {
 		t.Helper()
 		for _, scope := range []Scope{{All: true}, {Tenants: []string{"acme"}}, {Tenants: []string{"globex", "initech"}}} {
 			for _, f := range []Filter{{}, {State: string(StateNeedsPerson)}, {State: string(StateVerifying)}, {Tenant: "initech"},
-				{Workflow: "kyc"}, {Reason: ReasonSyncTimeout}, {State: string(StateNeedsPerson), Workflow: "refund", Tenant: "acme"}} {
+				{Workflow: "kyc"}, {Reason: ReasonSyncTimeout}, {State: string(StateNeedsPerson), Workflow: "refund", Tenant: "acme"},
+				{ClaimedBy: "nobody"}, {ClaimedBy: "nobody", State: string(StateVerifying), Tenant: "globex"},
+				{OlderThan: 36 * time.Hour}, {OlderThan: 90 * time.Minute, Workflow: "refund"}, {OlderThan: 10 * 24 * time.Hour, ClaimedBy: "nobody"}} {
 				got, err := s.Preview(ctx, scope, f)
 				if err != nil {
 					t.Fatal(err)
