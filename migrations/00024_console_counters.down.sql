@@ -22,6 +22,8 @@ BEGIN
 END
 $$;
 
+-- pg_trgm stays: it may have been there before, and other schemas may use it.
+DROP TABLE overview_search;
 DROP TABLE overview_server_hours;
 DROP TABLE overview_hourly;
 DROP TABLE overview_created;

@@ -115,6 +115,23 @@ CREATE INDEX overview_ops_route_idx ON overview_ops (route, created_at DESC, ope
 -- The overview's matrix reads the operations of its window's first, partial hour by start.
 CREATE INDEX overview_ops_created_idx ON overview_ops (created_at);
 
+-- The operations list's search: a business key containing the words (trigram index), or an
+-- operation id, task id or idempotency key equal to them. Kept from the ledger by the compactor
+-- like overview_ops (a row changes when its task gets its id, not with every status), so the
+-- start path maintains no text index; List searches here for the operations not dirty.
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE TABLE overview_search (
+    operation_id    uuid        PRIMARY KEY,
+    tenant          text        NOT NULL,
+    created_at      timestamptz NOT NULL,
+    object_ref      text        NOT NULL,
+    idempotency_key text        NOT NULL,
+    task_id         text
+);
+CREATE INDEX overview_search_object_ref_idx ON overview_search USING gin (object_ref gin_trgm_ops);
+CREATE INDEX overview_search_key_idx ON overview_search (idempotency_key);
+CREATE INDEX overview_search_task_idx ON overview_search (task_id) WHERE task_id IS NOT NULL;
+
 -- The dirty marks. The operations row and the questions and reconciliation items already have a
 -- trigger per changed row (the live updates of 00007/00017); their function appends the mark in
 -- the same call, so a start's ledger insert runs no second trigger. The task, its envelope and
@@ -155,18 +172,19 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER operations_overview_update AFTER UPDATE OF tenant, workflow, route, created_at ON operations
+CREATE TRIGGER operations_overview_update AFTER UPDATE OF tenant, workflow, route, created_at, object_ref, idempotency_key ON operations
     FOR EACH ROW WHEN (OLD.tenant IS DISTINCT FROM NEW.tenant OR OLD.workflow IS DISTINCT FROM NEW.workflow
-        OR OLD.route IS DISTINCT FROM NEW.route OR OLD.created_at IS DISTINCT FROM NEW.created_at)
+        OR OLD.route IS DISTINCT FROM NEW.route OR OLD.created_at IS DISTINCT FROM NEW.created_at
+        OR OLD.object_ref IS DISTINCT FROM NEW.object_ref OR OLD.idempotency_key IS DISTINCT FROM NEW.idempotency_key)
     EXECUTE FUNCTION taskgate_overview_dirty();
 CREATE TRIGGER operations_overview_delete AFTER DELETE ON operations
     FOR EACH ROW EXECUTE FUNCTION taskgate_overview_dirty();
 
 CREATE TRIGGER tasks_overview AFTER INSERT OR DELETE ON tasks
     FOR EACH ROW EXECUTE FUNCTION taskgate_overview_dirty();
-CREATE TRIGGER tasks_overview_update AFTER UPDATE OF operation_id, state, tool_error, terminal_at, server, polls ON tasks
+CREATE TRIGGER tasks_overview_update AFTER UPDATE OF operation_id, state, tool_error, terminal_at, server, polls, task_id ON tasks
     FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.tool_error IS DISTINCT FROM NEW.tool_error
-        OR OLD.terminal_at IS DISTINCT FROM NEW.terminal_at OR OLD.server IS DISTINCT FROM NEW.server
+        OR OLD.terminal_at IS DISTINCT FROM NEW.terminal_at OR OLD.server IS DISTINCT FROM NEW.server OR OLD.task_id IS DISTINCT FROM NEW.task_id
         OR OLD.operation_id IS DISTINCT FROM NEW.operation_id
         OR (NEW.terminal_at IS NOT NULL AND OLD.polls IS DISTINCT FROM NEW.polls))
     EXECUTE FUNCTION taskgate_overview_dirty();

@@ -39,6 +39,10 @@ const factsSQL = `SELECT o.id AS operation_id, o.tenant AS tenant, o.workflow AS
 	coalesce(t.server, '') AS server, CASE WHEN t.terminal_at IS NOT NULL THEN t.polls ELSE 0 END AS polls, extract(epoch FROM t.terminal_at - o.created_at) AS to_terminal
 	FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id LEFT JOIN task_envelopes e ON e.operation_id = o.id`
 
+// searchSQL is what overview_search keeps of each operation o it selects (add the WHERE).
+const searchSQL = `SELECT o.id, o.tenant, o.created_at, o.object_ref, o.idempotency_key, t.task_id
+	FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id`
+
 // The counter tables' rows from a relation of facts with a sign (+1 counted, -1 taken out). Each
 // groups as its table's primary key.
 
@@ -102,6 +106,10 @@ var compactSQL = `WITH d AS (DELETE FROM overview_dirty WHERE ctid = ANY (ARRAY(
 		ri_hours = excluded.ri_hours, server = excluded.server, polls = excluded.polls, to_terminal = excluded.to_terminal
 		WHERE ROW(k.*) IS DISTINCT FROM ROW(excluded.*)),
 	gone AS (DELETE FROM overview_ops WHERE operation_id = ANY ((SELECT ids FROM ids)::uuid[]) AND operation_id NOT IN (SELECT operation_id FROM cur)),
+	sk AS (INSERT INTO overview_search AS k ` + searchSQL + ` WHERE o.id = ANY ((SELECT ids FROM ids)::uuid[])
+		ON CONFLICT (operation_id) DO UPDATE SET tenant = excluded.tenant, created_at = excluded.created_at, object_ref = excluded.object_ref,
+		idempotency_key = excluded.idempotency_key, task_id = excluded.task_id WHERE ROW(k.*) IS DISTINCT FROM ROW(excluded.*)),
+	sg AS (DELETE FROM overview_search WHERE operation_id = ANY ((SELECT ids FROM ids)::uuid[]) AND operation_id NOT IN (SELECT operation_id FROM cur)),
 	chg AS (SELECT ` + factCols + `, 1 AS sign FROM cur UNION ALL SELECT ` + factCols + `, -1 FROM old),
 	` + addCounters("chg") + `
 	SELECT count(*) FROM d`
@@ -164,8 +172,9 @@ func (s *Store) recount(ctx context.Context, ifNeeded bool) error {
 			// Marks taken here are of changes the count below sees; later ones stay.
 			`DELETE FROM overview_dirty`,
 			`DELETE FROM overview_ops`, `DELETE FROM overview_totals`, `DELETE FROM overview_created`,
-			`DELETE FROM overview_hourly`, `DELETE FROM overview_server_hours`,
+			`DELETE FROM overview_hourly`, `DELETE FROM overview_server_hours`, `DELETE FROM overview_search`,
 			`INSERT INTO overview_ops (` + factCols + `) ` + factsSQL,
+			`INSERT INTO overview_search ` + searchSQL,
 			`WITH chg AS (SELECT ` + factCols + `, 1 AS sign FROM overview_ops), ` + addCounters("chg") + ` SELECT 1`,
 			`UPDATE overview_state SET counted_at = now()`,
 		} {

@@ -56,8 +56,9 @@ func (l *ledger) newOp() string {
 	route := []string{"task", "task", "task", "sync", "job_api", "handoff", "reject"}[l.rng.IntN(7)]
 	var id string
 	err := l.pool.QueryRow(context.Background(), `INSERT INTO operations (tenant, workflow, idempotency_key, request_sha256, actor, route,
-		reason_code, reason, domain_outcome, created_at) VALUES ($1, $2, $3, 'h', 'app', $4, 'r', 'r', $5, now() - $6::interval) RETURNING id`,
-		l.pick(testTenants), l.pick(testWorkflows), fmt.Sprint("k-", l.n), route, l.pick(testOutcomes), l.ago()).Scan(&id)
+		reason_code, reason, domain_outcome, created_at, object_ref) VALUES ($1, $2, $3, 'h', 'app', $4, 'r', 'r', $5, now() - $6::interval, $7)
+		RETURNING id`,
+		l.pick(testTenants), l.pick(testWorkflows), fmt.Sprint("k-", l.n), route, l.pick(testOutcomes), l.ago(), fmt.Sprintf("refund R-%d_%d", l.n%7, l.n)).Scan(&id)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -130,7 +131,11 @@ func (l *ledger) change() {
 			l.exec(`DELETE FROM tasks WHERE operation_id = $1`, id)
 		}
 	case 18:
-		l.exec(`INSERT INTO tasks (operation_id, server, tool, state) VALUES ($1, 'rcv', 'work', 'working') ON CONFLICT DO NOTHING`, id)
+		if l.rng.IntN(2) == 0 {
+			l.exec(`INSERT INTO tasks (operation_id, server, tool, state) VALUES ($1, 'rcv', 'work', 'working') ON CONFLICT DO NOTHING`, id)
+		} else {
+			l.exec(`UPDATE tasks SET task_id = $2 WHERE operation_id = $1`, id, fmt.Sprint("task-", l.rng.IntN(1000)))
+		}
 	case 19:
 		l.newOp()
 	}
@@ -183,7 +188,15 @@ func checkCounts(t *testing.T, s *Store, when string) {
 	filters := []Filter{{}, {Attention: true}, {Mismatch: true}, {TaskState: StateWorking}, {TaskState: StateCompleted},
 		{TaskState: StateInputRequired}, {DomainOutcome: OutcomeUnknown}, {Workflow: "kyc"}, {Route: RouteSync}, {Route: RouteHandoff},
 		{Tenant: "acme"}, {Tenant: "globex", TaskState: StateFailed}, {Tenant: "acme", Attention: true}, {Workflow: "refund", DomainOutcome: OutcomeApplied},
-		{Attention: true, Mismatch: true}, {Route: RouteTask, TaskState: StateCancelled, DomainOutcome: OutcomeApplied}}
+		{Attention: true, Mismatch: true}, {Route: RouteTask, TaskState: StateCancelled, DomainOutcome: OutcomeApplied},
+		{Search: "R-3"}, {Search: "r-5_1"}, {Search: "k-17"}, {Search: "task-"}, {Search: "%"}, {Tenant: "acme", Search: "refund", Attention: true}}
+	// A search for an operation id and a task id that exist.
+	var opID, taskID string
+	if err := s.pool.QueryRow(ctx, `SELECT o.id::text, coalesce(max(t.task_id), 'none') FROM operations o LEFT JOIN tasks t ON t.task_id IS NOT NULL
+		GROUP BY o.id ORDER BY o.id LIMIT 1`).Scan(&opID, &taskID); err != nil {
+		t.Fatal(err)
+	}
+	filters = append(filters, Filter{Search: strings.ToUpper(opID)}, Filter{Search: taskID})
 	for _, scope := range scopes[:3] {
 		for _, f := range filters {
 			f.Limit = 7
@@ -263,6 +276,18 @@ func TestCountsEqualTheLedger(t *testing.T) {
 		t.Fatalf("%d marks left after compacting (%v)", dirty, err)
 	}
 	checkCounts(t, s, "all compacted")
+	// A task given its id, and nothing else, is found by it (compacted or not).
+	l.exec(`UPDATE tasks SET task_id = 'given-late' WHERE operation_id = (SELECT min(operation_id::text)::uuid FROM tasks)`)
+	for _, compact := range []bool{false, true} {
+		if compact {
+			if _, err := s.CompactOverview(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p, err := s.List(ctx, Scope{All: true}, Filter{Search: "given-late"}); err != nil || p.Total != 1 || len(p.Operations) != 1 {
+			t.Errorf("search for a task id given late (compacted %v): %+v %v", compact, p, err)
+		}
+	}
 	// A recount from scratch keeps what the compactions built.
 	before := counterTables(t, s)
 	if err := s.RecountOverview(ctx); err != nil {

@@ -114,7 +114,8 @@ func storedWhere(scope Scope, f Filter, args *[]any) []string {
 }
 
 // Count is the real number of operations List would return over all its pages: from the
-// counters (overview_totals and the operations still dirty) unless it searches.
+// counters (overview_totals and the operations still dirty), or for a search from the
+// operations the search index finds.
 func (s *Store) Count(ctx context.Context, scope Scope, f Filter) (int, error) {
 	counted, err := s.overviewCounted(ctx)
 	if err != nil {
@@ -135,7 +136,13 @@ func (s *Store) count(ctx context.Context, scope Scope, f Filter, counted bool) 
 
 // countQuery is the query of count and its arguments.
 func countQuery(scope Scope, f Filter, counted bool) (string, []any) {
-	if counted && strings.TrimSpace(f.Search) == "" {
+	if counted && strings.TrimSpace(f.Search) != "" {
+		where, args := filterWhere(scope, f)
+		where = append(where, "o.id IN ("+searchCandidates(scope, f, &args)+")")
+		return `WITH ` + dirtyCTE + ` SELECT count(*) FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id WHERE ` +
+			strings.Join(where, " AND "), args
+	}
+	if counted {
 		live, args := filterWhere(scope, f)
 		live = append(live, "o.id = ANY ((SELECT ids FROM dirty)::uuid[])")
 		stored := strings.Join(storedWhere(scope, f, &args), " AND ")

@@ -482,7 +482,15 @@ func listQuery(scope Scope, f Filter, counted bool) (string, []any, error) {
 	// The page's ids first, then their rows: the columns' subqueries (NeedsPersonSQL) are
 	// planned for the page's rows, not for every row the filter could select.
 	var with, ids string
-	if counted && usesOverviewIndexes(f) {
+	if counted && strings.TrimSpace(f.Search) != "" {
+		with = `WITH ` + dirtyCTE + ` `
+		where = append(where, "o.id IN ("+searchCandidates(scope, f, &args)+")")
+		if f.After != "" {
+			where = append(where, "(o.created_at, o.id) < ("+arg(after)+", "+arg(afterID)+"::uuid)")
+		}
+		ids = `SELECT o.id FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id WHERE ` + strings.Join(where, " AND ") +
+			" ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
+	} else if counted && usesOverviewIndexes(f) {
 		with = `WITH ` + dirtyCTE + ` `
 		stored := storedWhere(scope, f, &args)
 		if f.After != "" {
@@ -510,6 +518,31 @@ func listQuery(scope Scope, f Filter, counted bool) (string, []any, error) {
 		ids += " ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
 	}
 	return with + `SELECT ` + opColumns + opFrom + ` WHERE o.id IN (` + ids + `) ORDER BY o.created_at DESC, o.id DESC`, args, nil
+}
+
+// searchCandidates selects the ids a search can match (with dirtyCTE): those overview_search
+// finds by its indexes among the operations not dirty, and the dirty ones; the list's own
+// conditions then decide on the ledger's rows.
+func searchCandidates(scope Scope, f Filter, args *[]any) string {
+	arg := func(v any) string {
+		*args = append(*args, v)
+		return fmt.Sprintf("$%d", len(*args))
+	}
+	q := strings.TrimSpace(f.Search)
+	match := []string{"object_ref ILIKE " + arg("%"+strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(q)+"%"),
+		"idempotency_key = " + arg(q), "task_id = " + arg(q)}
+	if validUUID(q) {
+		match = append(match, "operation_id = "+arg(strings.ToLower(q))+"::uuid")
+	}
+	where := []string{"(" + strings.Join(match, " OR ") + ")", "NOT (operation_id = ANY ((SELECT ids FROM dirty)::uuid[]))"}
+	if !scope.All {
+		where = append(where, "tenant = ANY("+arg(scope.Tenants)+")")
+	}
+	if f.Tenant != "" {
+		where = append(where, "tenant = "+arg(f.Tenant))
+	}
+	return `SELECT operation_id FROM overview_search WHERE ` + strings.Join(where, " AND ") +
+		` UNION ALL SELECT unnest((SELECT ids FROM dirty)::uuid[])`
 }
 
 // usesOverviewIndexes reports whether List pages f through overview_ops: a filter on what the
