@@ -27,7 +27,7 @@ INSERT INTO overview_state (counted_at) SELECT CASE WHEN EXISTS (SELECT 1 FROM o
 -- Each operation's facts as last counted (no foreign key: the row outlives a deleted operation
 -- until the compactor takes it out of the counts). Hours are UTC hours. ended_hour is the hour
 -- its work ended (its task's final state, or without a task its envelope's finish); ri_hours
--- the hours its reconciliation items were opened, one per item; to_terminal the seconds from
+-- the hours its reconciliation items were opened, one per item (NULL for none); to_terminal the seconds from
 -- its start to its task's final state.
 CREATE TABLE overview_ops (
     operation_id uuid        PRIMARY KEY,
@@ -42,7 +42,7 @@ CREATE TABLE overview_ops (
     needs_person boolean     NOT NULL,
     ended_hour   timestamptz,
     ri_open      boolean     NOT NULL,
-    ri_hours     timestamptz[] NOT NULL,
+    ri_hours     timestamptz[],
     server       text        NOT NULL,
     polls        integer     NOT NULL,
     to_terminal  numeric

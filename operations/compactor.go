@@ -109,7 +109,7 @@ func (c *Compactor) runOnce(ctx context.Context) (int, error) {
 		rctx, cancel := context.WithTimeout(ctx, max(c.cfg.PassTimeout, 30*time.Minute))
 		defer cancel()
 		t0 := time.Now()
-		if err := c.cfg.Store.recountIfNeeded(rctx); err != nil {
+		if err := c.cfg.Store.RecountOverviewIfNeeded(rctx); err != nil {
 			return 0, err
 		}
 		c.cfg.Logger.Info("overview counts: ledger counted", "took", time.Since(t0).Round(time.Millisecond))

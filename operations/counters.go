@@ -27,7 +27,8 @@ const factCols = `operation_id, tenant, workflow, route, created_at, task_state,
 // factsSQL computes what overview_ops keeps of each operation o it selects (add the WHERE):
 // static attributes, task state and tool error, domain outcome, attention set, needs a person
 // (NeedsPersonSQL), the UTC hour its work ended (its task's final state, or without a task its
-// envelope's finish), whether a reconciliation item is open, the hours its items were opened,
+// envelope's finish), whether a reconciliation item is open, the hours its items were opened
+// (NULL for none: most operations have none, and an empty array takes room),
 // and its task's server, and its status reads and seconds from start once final (a poll of a
 // task still running changes nothing counted, and runs no trigger).
 const factsSQL = `SELECT o.id AS operation_id, o.tenant AS tenant, o.workflow AS workflow, o.route AS route,
@@ -35,7 +36,7 @@ const factsSQL = `SELECT o.id AS operation_id, o.tenant AS tenant, o.workflow AS
 	o.domain_outcome AS outcome, o.attention IS NOT NULL AS attention, ` + NeedsPersonSQL + ` AS needs_person,
 	CASE WHEN t.operation_id IS NOT NULL THEN date_trunc('hour', t.terminal_at, 'UTC') ELSE date_trunc('hour', e.finished_at, 'UTC') END AS ended_hour,
 	EXISTS (SELECT 1 FROM reconciliation_items r1 WHERE r1.operation_id = o.id AND r1.closed_at IS NULL) AS ri_open,
-	ARRAY(SELECT date_trunc('hour', r2.opened_at, 'UTC') FROM reconciliation_items r2 WHERE r2.operation_id = o.id ORDER BY 1) AS ri_hours,
+	nullif(ARRAY(SELECT date_trunc('hour', r2.opened_at, 'UTC') FROM reconciliation_items r2 WHERE r2.operation_id = o.id ORDER BY 1), '{}') AS ri_hours,
 	coalesce(t.server, '') AS server, CASE WHEN t.terminal_at IS NOT NULL THEN t.polls ELSE 0 END AS polls, extract(epoch FROM t.terminal_at - o.created_at) AS to_terminal
 	FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id LEFT JOIN task_envelopes e ON e.operation_id = o.id`
 
@@ -153,9 +154,9 @@ func (s *Store) CompactOverview(ctx context.Context) (int, error) {
 // Readers keep the previous counts until it commits.
 func (s *Store) RecountOverview(ctx context.Context) error { return s.recount(ctx, false) }
 
-// recountIfNeeded counts the ledger unless the counts hold it, seen under the lock (replicas
-// starting together count it once).
-func (s *Store) recountIfNeeded(ctx context.Context) error { return s.recount(ctx, true) }
+// RecountOverviewIfNeeded counts the ledger unless the counts hold it, seen under the lock:
+// replicas (or a replica and a tool) starting together count it once.
+func (s *Store) RecountOverviewIfNeeded(ctx context.Context) error { return s.recount(ctx, true) }
 
 func (s *Store) recount(ctx context.Context, ifNeeded bool) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -768,12 +768,9 @@ func (e *env) seed(ctx context.Context) error {
 	}
 	n := e.o.Operations - have
 	if n <= 0 {
-		// A kept database seeded before the counters existed is counted once.
-		var counted bool
-		if err := conn.QueryRow(ctx, `SELECT counted_at IS NOT NULL FROM overview_state`).Scan(&counted); err != nil || counted {
-			return err
-		}
-		return e.recount(ctx)
+		// A kept database seeded before the counters existed is counted once (by whichever of
+		// the compactor's first pass and this gets there first).
+		return e.ops.Store().RecountOverviewIfNeeded(ctx)
 	}
 	// Seeded history is not news: the live-update triggers stay quiet while it is written.
 	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
