@@ -143,6 +143,9 @@ func TestListFiltersUseAnIndex(t *testing.T) {
 					f := c.f
 					f.Limit, f.After = 50, after
 					q, args, err := listQuery(scope, f, true)
+					if f.Search != "" {
+						q, args, err = searchQuery(scope, f)
+					}
 					if err != nil {
 						t.Fatal(err)
 					}

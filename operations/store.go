@@ -432,17 +432,34 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 
 // list is List with the counters' indexes and totals (counted) or without.
 func (s *Store) list(ctx context.Context, scope Scope, f Filter, counted bool) (Page, error) {
-	q, args, err := listQuery(scope, f, counted)
-	if err != nil {
-		return Page{}, err
-	}
-	total, err := s.count(ctx, scope, f, counted)
-	if err != nil {
-		return Page{}, err
-	}
-	p := Page{Operations: []Operation{}, Total: total}
-	if total == 0 {
-		return p, nil
+	var q string
+	var args []any
+	var err error
+	p := Page{Operations: []Operation{}}
+	if counted && strings.TrimSpace(f.Search) != "" {
+		// A search's total and page come from one read of the search index.
+		sq, sargs, err := searchQuery(scope, f)
+		if err != nil {
+			return Page{}, err
+		}
+		var ids []string
+		if err := s.pool.QueryRow(ctx, sq, sargs...).Scan(&p.Total, &ids); err != nil {
+			return Page{}, fmt.Errorf("search operations: %w", err)
+		}
+		if len(ids) == 0 {
+			return p, nil
+		}
+		q, args = `SELECT `+opColumns+opFrom+` WHERE o.id = ANY($1::uuid[]) ORDER BY o.created_at DESC, o.id DESC`, []any{ids}
+	} else {
+		if q, args, err = listQuery(scope, f, counted); err != nil {
+			return Page{}, err
+		}
+		if p.Total, err = s.count(ctx, scope, f, counted); err != nil {
+			return Page{}, err
+		}
+		if p.Total == 0 {
+			return p, nil
+		}
 	}
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
@@ -464,7 +481,35 @@ func (s *Store) list(ctx context.Context, scope Scope, f Filter, counted bool) (
 	return p, nil
 }
 
-// listQuery is the query of a page of List (f.Limit rows and one more) and its arguments.
+// searchQuery is the query of a search's total and the ids of its page (f.Limit and one more,
+// in list order), from the candidates the search index finds.
+func searchQuery(scope Scope, f Filter) (string, []any, error) {
+	var after time.Time
+	var afterID string
+	if f.After != "" {
+		var err error
+		if after, afterID, err = decodeCursor(f.After); err != nil {
+			return "", nil, err
+		}
+	}
+	where, args := filterWhere(scope, f)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	where = append(where, "o.id IN ("+searchCandidates(scope, f, &args)+")")
+	page := "true"
+	if f.After != "" {
+		page = "(created_at, id) < (" + arg(after) + ", " + arg(afterID) + "::uuid)"
+	}
+	return `WITH ` + dirtyCTE + `, c AS MATERIALIZED (SELECT o.id, o.created_at FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
+		WHERE ` + strings.Join(where, " AND ") + `)
+		SELECT (SELECT count(*) FROM c), coalesce((SELECT array_agg(id::text ORDER BY created_at DESC, id DESC) FROM
+			(SELECT id, created_at FROM c WHERE ` + page + ` ORDER BY created_at DESC, id DESC LIMIT ` + arg(f.Limit+1) + `) p), '{}')`, args, nil
+}
+
+// listQuery is the query of a page of List (f.Limit rows and one more) and its arguments; a
+// search with the counters goes through searchQuery instead.
 func listQuery(scope Scope, f Filter, counted bool) (string, []any, error) {
 	var after time.Time
 	var afterID string
@@ -482,15 +527,7 @@ func listQuery(scope Scope, f Filter, counted bool) (string, []any, error) {
 	// The page's ids first, then their rows: the columns' subqueries (NeedsPersonSQL) are
 	// planned for the page's rows, not for every row the filter could select.
 	var with, ids string
-	if counted && strings.TrimSpace(f.Search) != "" {
-		with = `WITH ` + dirtyCTE + ` `
-		where = append(where, "o.id IN ("+searchCandidates(scope, f, &args)+")")
-		if f.After != "" {
-			where = append(where, "(o.created_at, o.id) < ("+arg(after)+", "+arg(afterID)+"::uuid)")
-		}
-		ids = `SELECT o.id FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id WHERE ` + strings.Join(where, " AND ") +
-			" ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
-	} else if counted && usesOverviewIndexes(f) {
+	if counted && usesOverviewIndexes(f) {
 		with = `WITH ` + dirtyCTE + ` `
 		stored := storedWhere(scope, f, &args)
 		if f.After != "" {
