@@ -825,7 +825,8 @@ func (e *env) recount(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(e.log, "bench:   counters recounted in %s\n", time.Since(t0).Round(time.Millisecond))
-	_, err := e.pool.Exec(ctx, `VACUUM ANALYZE overview_ops, overview_totals, overview_created, overview_hourly, overview_server_hours`)
+	_, err := e.pool.Exec(ctx, `VACUUM ANALYZE overview_ops, overview_search, overview_totals, overview_created, overview_hourly,
+		overview_server_hours, queue_counts`)
 	return err
 }
 
