@@ -99,18 +99,82 @@ func filterWhere(scope Scope, f Filter) ([]string, []any) {
 	return where, args
 }
 
-// Count is the real number of operations List would return over all its pages.
-func (s *Store) Count(ctx context.Context, scope Scope, f Filter) (int, error) {
-	where, args := filterWhere(scope, f)
-	q := `SELECT count(*)` + opFrom
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+// storedMismatchSQL is MismatchSQL on the columns of overview_ops and overview_totals (the
+// partial index overview_ops_mismatch_idx has this predicate, word for word).
+const storedMismatchSQL = `((task_state IN ('failed', 'cancelled') OR (task_state = 'completed' AND tool_error)) AND outcome = 'applied' OR (task_state = 'completed' AND NOT tool_error AND outcome = 'not_applied'))`
+
+// storedWhere is filterWhere (without Search) on the columns of overview_ops and
+// overview_totals, which name an operation's facts alike, adding its values to args.
+func storedWhere(scope Scope, f Filter, args *[]any) []string {
+	arg := func(v any) string {
+		*args = append(*args, v)
+		return fmt.Sprintf("$%d", len(*args))
 	}
+	var where []string
+	if !scope.All {
+		where = append(where, "tenant = ANY("+arg(scope.Tenants)+")")
+	}
+	for _, c := range []struct{ col, v string }{{"tenant", f.Tenant}, {"workflow", f.Workflow}, {"route", string(f.Route)},
+		{"task_state", string(f.TaskState)}, {"outcome", string(f.DomainOutcome)}} {
+		if c.v != "" {
+			where = append(where, c.col+" = "+arg(c.v))
+		}
+	}
+	if f.Mismatch {
+		where = append(where, storedMismatchSQL)
+	}
+	if f.Attention {
+		where = append(where, "needs_person")
+	}
+	if len(where) == 0 {
+		where = append(where, "true")
+	}
+	return where
+}
+
+// Count is the real number of operations List would return over all its pages: from the
+// counters (overview_totals and the operations still dirty), or for a search from the
+// operations the search index finds.
+func (s *Store) Count(ctx context.Context, scope Scope, f Filter) (int, error) {
+	counted, err := s.overviewCounted(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.count(ctx, scope, f, counted)
+}
+
+// count is Count from the counters (counted) or from the ledger.
+func (s *Store) count(ctx context.Context, scope Scope, f Filter, counted bool) (int, error) {
+	q, args := countQuery(scope, f, counted)
 	var n int
 	if err := s.pool.QueryRow(ctx, q, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count operations: %w", err)
 	}
 	return n, nil
+}
+
+// countQuery is the query of count and its arguments.
+func countQuery(scope Scope, f Filter, counted bool) (string, []any) {
+	if counted && strings.TrimSpace(f.Search) != "" {
+		where, args := filterWhere(scope, f)
+		where = append(where, "o.id IN ("+searchCandidates(scope, f, &args)+")")
+		return `WITH ` + dirtyCTE + ` SELECT count(*) FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id WHERE ` +
+			strings.Join(where, " AND "), args
+	}
+	if counted {
+		live, args := filterWhere(scope, f)
+		live = append(live, "o.id = ANY ((SELECT ids FROM dirty)::uuid[])")
+		stored := strings.Join(storedWhere(scope, f, &args), " AND ")
+		return `WITH ` + dirtyCTE + ` SELECT (SELECT coalesce(sum(ops), 0) FROM overview_totals WHERE ` + stored + `)
+			+ (SELECT count(*) FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id WHERE ` + strings.Join(live, " AND ") + `)
+			- (SELECT count(*) FROM overview_ops WHERE operation_id = ANY ((SELECT ids FROM dirty)::uuid[]) AND ` + stored + `)`, args
+	}
+	where, args := filterWhere(scope, f)
+	q := `SELECT count(*)` + opFrom
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	return q, args
 }
 
 // Question is an open input request with the operation it belongs to: one entry of the inbox.

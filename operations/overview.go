@@ -74,15 +74,45 @@ func (s *Service) Overview(ctx context.Context, scope Scope, window time.Duratio
 	return s.cfg.Store.Overview(ctx, scope, window)
 }
 
-// Overview reads the overview for scope over the last window.
+// Overview reads the overview for scope over the last window: from the counters once they hold
+// the whole ledger (counters.go), otherwise by aggregating the ledger (overviewDirect). Either
+// way the parts are read in one snapshot.
 func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration) (Overview, error) {
 	hours := max(1, int(window/time.Hour))
-	ov := Overview{InFlight: map[string]int{}, InputRequired: map[string]int{}, OpenReconciliation: map[string]int{},
-		Cells: []MatrixCell{}, Violations: []RecentViolation{}}
-	all, tenants := scope.All, scope.Tenants
-	if tenants == nil {
-		tenants = []string{}
+	counted, err := s.overviewCounted(ctx)
+	if err != nil {
+		return Overview{}, err
 	}
+	var ov Overview
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		if counted {
+			ov, err = overviewCounted(ctx, tx, scope, hours, edgeSplit)
+		} else {
+			ov, err = overviewDirect(ctx, tx, scope, hours)
+		}
+		return err
+	})
+	return ov, err
+}
+
+func newOverview() Overview {
+	return Overview{InFlight: map[string]int{}, InputRequired: map[string]int{}, OpenReconciliation: map[string]int{},
+		Cells: []MatrixCell{}, Violations: []RecentViolation{}}
+}
+
+func scopeArgs(scope Scope) (bool, []string) {
+	if scope.Tenants == nil {
+		return scope.All, []string{}
+	}
+	return scope.All, scope.Tenants
+}
+
+// overviewDirect aggregates the overview over the ledger: what the counters must equal (the
+// tests hold them to it), and the read until the counters hold the whole ledger.
+func overviewDirect(ctx context.Context, q pgx.Tx, scope Scope, hours int) (Overview, error) {
+	ov := newOverview()
+	all, tenants := scopeArgs(scope)
 	b := &pgx.Batch{}
 	b.Queue(`SELECT o.workflow, o.route, coalesce(t.state, ''), coalesce(t.tool_error, false), o.domain_outcome, count(*)
 		FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
@@ -117,22 +147,8 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 		})
 		return err
 	})
-	b.Queue(`SELECT v.task_id, v.from_state, v.to_state, v.source, v.observed_at, v.kind, v.detail, o.id, o.tenant, o.workflow
-		FROM transition_violations v JOIN operations o ON o.id = v.operation_id
-		WHERE ($1 OR o.tenant = ANY($2)) AND v.observed_at > now() - $3 * interval '1 hour'
-		ORDER BY v.observed_at DESC, v.id DESC LIMIT 10`, all, tenants, hours).Query(func(rows pgx.Rows) error {
-		var err error
-		ov.Violations, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecentViolation, error) {
-			var v RecentViolation
-			return v, r.Scan(&v.TaskID, &v.From, &v.To, &v.Source, &v.ObservedAt, &v.Kind, &v.Detail, &v.OperationID, &v.Tenant, &v.Workflow)
-		})
-		return err
-	})
-	b.Queue(`SELECT count(*) FROM transition_violations v JOIN operations o ON o.id = v.operation_id
-		WHERE ($1 OR o.tenant = ANY($2)) AND v.observed_at > now() - $3 * interval '1 hour'`, all, tenants, hours).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&ov.ViolationsInWindow)
-	})
-	b.Queue(`WITH h AS (SELECT generate_series(date_trunc('hour', now()) - ($3 - 1) * interval '1 hour', date_trunc('hour', now()), interval '1 hour') AS start)
+	queueViolations(b, &ov, all, tenants, hours)
+	b.Queue(`WITH h AS (SELECT generate_series(date_trunc('hour', now(), 'UTC') - ($3 - 1) * interval '1 hour', date_trunc('hour', now(), 'UTC'), interval '1 hour') AS start)
 		SELECT h.start,
 			(SELECT count(*) FROM operations o WHERE ($1 OR o.tenant = ANY($2)) AND o.created_at >= h.start AND o.created_at < h.start + interval '1 hour'),
 			(SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id WHERE ($1 OR o.tenant = ANY($2))
@@ -144,20 +160,133 @@ func (s *Store) Overview(ctx context.Context, scope Scope, window time.Duration)
 				AND ri.opened_at >= h.start AND ri.opened_at < h.start + interval '1 hour')
 		FROM h ORDER BY h.start`, all, tenants, hours).Query(func(rows pgx.Rows) error {
 		var err error
-		ov.Hours, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (HourBucket, error) {
-			var h HourBucket
-			return h, r.Scan(&h.Start, &h.Starts, &h.Terminal, &h.Unknown)
+		ov.Hours, err = collectHours(rows)
+		return err
+	})
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return Overview{}, fmt.Errorf("overview: %w", err)
+	}
+	return ov, nil
+}
+
+// queueViolations adds the recent violations and their count in the window (few rows: read
+// from the ledger either way).
+func queueViolations(b *pgx.Batch, ov *Overview, all bool, tenants []string, hours int) {
+	b.Queue(`SELECT v.task_id, v.from_state, v.to_state, v.source, v.observed_at, v.kind, v.detail, o.id, o.tenant, o.workflow
+		FROM transition_violations v JOIN operations o ON o.id = v.operation_id
+		WHERE ($1 OR o.tenant = ANY($2)) AND v.observed_at > now() - $3 * interval '1 hour'
+		ORDER BY v.observed_at DESC, v.id DESC LIMIT 10`, all, tenants, hours).Query(func(rows pgx.Rows) error {
+		vs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecentViolation, error) {
+			var v RecentViolation
+			return v, r.Scan(&v.TaskID, &v.From, &v.To, &v.Source, &v.ObservedAt, &v.Kind, &v.Detail, &v.OperationID, &v.Tenant, &v.Workflow)
+		})
+		if vs != nil {
+			ov.Violations = vs
+		}
+		return err
+	})
+	b.Queue(`SELECT count(*) FROM transition_violations v JOIN operations o ON o.id = v.operation_id
+		WHERE ($1 OR o.tenant = ANY($2)) AND v.observed_at > now() - $3 * interval '1 hour'`, all, tenants, hours).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&ov.ViolationsInWindow)
+	})
+}
+
+func collectHours(rows pgx.Rows) ([]HourBucket, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (HourBucket, error) {
+		var h HourBucket
+		return h, r.Scan(&h.Start, &h.Starts, &h.Terminal, &h.Unknown)
+	})
+}
+
+// overviewCountedSQL reads the matrix, the per-workflow load and the hourly chart from the
+// counters and the operations still dirty ($1 all, $2 tenants, $3 hours, $4 the edge split),
+// one row per matrix cell ('m'), workflow ('l') and hour ('h'), in one statement so the dirty
+// operations' facts are read and planned once.
+//
+// An open operation (task in an open state, or attention set) is in the matrix whenever it
+// started: its cells are overview_totals'. One not open is in it when it started within the
+// window (from, now]: overview_created by the hour it started, for the hours after the window's
+// first, partial hour, plus that hour's part inside the window read from overview_ops by its
+// start; or, when the window starts less than $4 into that hour, the whole hour less its part
+// before the window: at most half an hour of operations either way.
+var overviewCountedSQL = `WITH ` + pendCTE + `,
+	w AS (SELECT now() - $3 * interval '1 hour' AS win, date_trunc('hour', now() - $3 * interval '1 hour', 'UTC') AS first,
+		date_trunc('hour', now(), 'UTC') AS last),
+	e AS (SELECT CASE WHEN win - first <= $4 THEN first ELSE first + interval '1 hour' END AS hours_from,
+		CASE WHEN win - first <= $4 THEN -1 ELSE 1 END AS sign,
+		CASE WHEN win - first <= $4 THEN first ELSE win + interval '1 microsecond' END AS lo,
+		CASE WHEN win - first <= $4 THEN win + interval '1 microsecond' ELSE first + interval '1 hour' END AS hi FROM w),
+	m AS (SELECT workflow, route, task_state, tool_error, outcome, sum(n)::bigint AS n FROM (
+		SELECT workflow, route, task_state, tool_error, outcome, ops AS n FROM overview_totals
+			WHERE ($1 OR tenant = ANY($2)) AND (task_state IN ` + openStatesSQL + ` OR attention)
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, sign FROM pend
+			WHERE task_state IN ` + openStatesSQL + ` OR attention
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, ops FROM overview_created
+			WHERE ($1 OR tenant = ANY($2)) AND hour >= (SELECT hours_from FROM e)
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, sign FROM pend
+			WHERE NOT (task_state IN ` + openStatesSQL + ` OR attention) AND date_trunc('hour', created_at, 'UTC') >= (SELECT hours_from FROM e)
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, (SELECT sign FROM e) FROM overview_ops
+			WHERE ($1 OR tenant = ANY($2)) AND created_at >= (SELECT lo FROM e) AND created_at < (SELECT hi FROM e)
+			  AND NOT (task_state IN ` + openStatesSQL + ` OR attention)
+		UNION ALL SELECT workflow, route, task_state, tool_error, outcome, (SELECT sign FROM e) * sign FROM pend
+			WHERE created_at >= (SELECT lo FROM e) AND created_at < (SELECT hi FROM e) AND NOT (task_state IN ` + openStatesSQL + ` OR attention)
+		) x GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0),
+	l AS (SELECT workflow, coalesce(sum(n) FILTER (WHERE task_state IN ` + openStatesSQL + `), 0)::bigint AS in_flight,
+		coalesce(sum(n) FILTER (WHERE task_state = 'input_required'), 0)::bigint AS input, coalesce(sum(r), 0)::bigint AS open FROM (
+		SELECT workflow, task_state, ops AS n, ri_open AS r FROM overview_totals WHERE ($1 OR tenant = ANY($2))
+		UNION ALL SELECT workflow, task_state, sign, CASE WHEN ri_open THEN sign ELSE 0 END FROM pend) x
+		GROUP BY workflow),
+	ph AS (` + hourlyOf("pend") + `),
+	h AS (SELECT h.start, coalesce(sum(x.starts), 0)::bigint AS starts, coalesce(sum(x.ended), 0)::bigint AS ended,
+		coalesce(sum(x.unknown), 0)::bigint AS unknown
+		FROM generate_series((SELECT last FROM w) - ($3 - 1) * interval '1 hour', (SELECT last FROM w), interval '1 hour') AS h(start)
+		LEFT JOIN (SELECT hour, starts, ended, unknown FROM overview_hourly
+				WHERE ($1 OR tenant = ANY($2)) AND hour >= (SELECT last FROM w) - ($3 - 1) * interval '1 hour'
+			UNION ALL SELECT hour, starts, ended, unknown FROM ph) x ON x.hour = h.start
+		GROUP BY h.start)
+	SELECT 'm', workflow, route, task_state, tool_error, outcome, NULL::timestamptz, n, 0::bigint, 0::bigint FROM m
+	UNION ALL SELECT 'l', workflow, '', '', false, '', NULL, in_flight, input, open FROM l
+	UNION ALL SELECT 'h', '', '', '', false, '', start, starts, ended, unknown FROM h
+	ORDER BY 1, 2, 3, 4, 5, 6, 7`
+
+// edgeSplit is where in the window's first hour the matrix stops adding the hour's part inside
+// the window and subtracts the part before it instead.
+const edgeSplit = 30 * time.Minute
+
+// overviewCounted reads the overview from the counters, adding what the operations still
+// dirty change, in tx's snapshot (repeatable read). split is edgeSplit (tests move it to take
+// each way through the first hour).
+func overviewCounted(ctx context.Context, tx pgx.Tx, scope Scope, hours int, split time.Duration) (Overview, error) {
+	ov := newOverview()
+	all, tenants := scopeArgs(scope)
+	b := &pgx.Batch{}
+	b.Queue(overviewCountedSQL, all, tenants, hours, split).Query(func(rows pgx.Rows) error {
+		var part, wf, route, state, outcome string
+		var toolError bool
+		var hour *time.Time
+		var a, bb, c int
+		_, err := pgx.ForEachRow(rows, []any{&part, &wf, &route, &state, &toolError, &outcome, &hour, &a, &bb, &c}, func() error {
+			switch part {
+			case "m":
+				ov.Cells = append(ov.Cells, MatrixCell{Workflow: wf, Route: Route(route), TaskState: TaskState(state), ToolError: toolError,
+					Outcome: Outcome(outcome), Count: a})
+			case "l":
+				if a > 0 {
+					ov.InFlight[wf], ov.InputRequired[wf] = a, bb
+				}
+				if c > 0 {
+					ov.OpenReconciliation[wf] = c
+				}
+			case "h":
+				ov.Hours = append(ov.Hours, HourBucket{Start: *hour, Starts: a, Terminal: bb, Unknown: c})
+			}
+			return nil
 		})
 		return err
 	})
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	queueViolations(b, &ov, all, tenants, hours)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return Overview{}, fmt.Errorf("overview: %w", err)
-	}
-	if ov.Cells == nil {
-		ov.Cells = []MatrixCell{}
-	}
-	if ov.Violations == nil {
-		ov.Violations = []RecentViolation{}
 	}
 	return ov, nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,8 @@ type Store struct {
 	pool *pgxpool.Pool
 	// echoKey is the installation's key of the answer hashes, read once (echo.go).
 	echoKey echoKeyCache
+	// countedSeen remembers that the console's counters hold the whole ledger (counters.go).
+	countedSeen atomic.Bool
 }
 
 // NewStore returns a Store on pool.
@@ -521,7 +524,11 @@ func (s *Store) Inputs(ctx context.Context, id string) ([]PendingInput, error) {
 	return out, nil
 }
 
-// List returns a page of operations, newest first, with keyset pagination on (created_at, id).
+// List returns a page of operations, newest first, with keyset pagination on (created_at, id),
+// and the filter's real total. A filter on what the ledger spreads over several tables or on a
+// column whose values may be rare (task state, needs a person, mismatch, workflow, route,
+// outcome) takes its page from overview_ops' indexes for the operations not dirty and from the
+// ledger for the dirty ones; the others walk the ledger's list indexes.
 func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
@@ -529,23 +536,44 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 	if f.Limit > 500 {
 		f.Limit = 500
 	}
-	where, args := filterWhere(scope, f)
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
+	counted, err := s.overviewCounted(ctx)
+	if err != nil {
+		return Page{}, err
 	}
-	if f.After != "" {
-		at, id, err := decodeCursor(f.After)
+	return s.list(ctx, scope, f, counted)
+}
+
+// list is List with the counters' indexes and totals (counted) or without.
+func (s *Store) list(ctx context.Context, scope Scope, f Filter, counted bool) (Page, error) {
+	var q string
+	var args []any
+	var err error
+	p := Page{Operations: []Operation{}}
+	if counted && strings.TrimSpace(f.Search) != "" {
+		// A search's total and page come from one read of the search index.
+		sq, sargs, err := searchQuery(scope, f)
 		if err != nil {
 			return Page{}, err
 		}
-		where = append(where, "(o.created_at, o.id) < ("+arg(at)+", "+arg(id)+"::uuid)")
+		var ids []string
+		if err := s.pool.QueryRow(ctx, sq, sargs...).Scan(&p.Total, &ids); err != nil {
+			return Page{}, fmt.Errorf("search operations: %w", err)
+		}
+		if len(ids) == 0 {
+			return p, nil
+		}
+		q, args = `SELECT `+opColumns+opFrom+` WHERE o.id = ANY($1::uuid[]) ORDER BY o.created_at DESC, o.id DESC`, []any{ids}
+	} else {
+		if q, args, err = listQuery(scope, f, counted); err != nil {
+			return Page{}, err
+		}
+		if p.Total, err = s.count(ctx, scope, f, counted); err != nil {
+			return Page{}, err
+		}
+		if p.Total == 0 {
+			return p, nil
+		}
 	}
-	q := `SELECT ` + opColumns + opFrom
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("list operations: %w", err)
@@ -554,10 +582,7 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 	if err != nil {
 		return Page{}, fmt.Errorf("list operations: %w", err)
 	}
-	p := Page{Operations: ops}
-	if p.Total, err = s.Count(ctx, scope, f); err != nil {
-		return Page{}, err
-	}
+	p.Operations = ops
 	if p.Operations == nil {
 		p.Operations = []Operation{}
 	}
@@ -567,6 +592,115 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 		p.Next = encodeCursor(last.CreatedAt, last.ID)
 	}
 	return p, nil
+}
+
+// searchQuery is the query of a search's total and the ids of its page (f.Limit and one more,
+// in list order), from the candidates the search index finds.
+func searchQuery(scope Scope, f Filter) (string, []any, error) {
+	var after time.Time
+	var afterID string
+	if f.After != "" {
+		var err error
+		if after, afterID, err = decodeCursor(f.After); err != nil {
+			return "", nil, err
+		}
+	}
+	where, args := filterWhere(scope, f)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	where = append(where, "o.id IN ("+searchCandidates(scope, f, &args)+")")
+	page := "true"
+	if f.After != "" {
+		page = "(created_at, id) < (" + arg(after) + ", " + arg(afterID) + "::uuid)"
+	}
+	return `WITH ` + dirtyCTE + `, c AS MATERIALIZED (SELECT o.id, o.created_at FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
+		WHERE ` + strings.Join(where, " AND ") + `)
+		SELECT (SELECT count(*) FROM c), coalesce((SELECT array_agg(id::text ORDER BY created_at DESC, id DESC) FROM
+			(SELECT id, created_at FROM c WHERE ` + page + ` ORDER BY created_at DESC, id DESC LIMIT ` + arg(f.Limit+1) + `) p), '{}')`, args, nil
+}
+
+// listQuery is the query of a page of List (f.Limit rows and one more) and its arguments; a
+// search with the counters goes through searchQuery instead.
+func listQuery(scope Scope, f Filter, counted bool) (string, []any, error) {
+	var after time.Time
+	var afterID string
+	if f.After != "" {
+		var err error
+		if after, afterID, err = decodeCursor(f.After); err != nil {
+			return "", nil, err
+		}
+	}
+	where, args := filterWhere(scope, f)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	// The page's ids first, then their rows: the columns' subqueries (NeedsPersonSQL) are
+	// planned for the page's rows, not for every row the filter could select.
+	var with, ids string
+	if counted && usesOverviewIndexes(f) {
+		with = `WITH ` + dirtyCTE + ` `
+		stored := storedWhere(scope, f, &args)
+		if f.After != "" {
+			at, id := arg(after), arg(afterID)
+			where = append(where, "(o.created_at, o.id) < ("+at+", "+id+"::uuid)")
+			stored = append(stored, "(created_at, operation_id) < ("+at+", "+id+"::uuid)")
+		}
+		n := arg(f.Limit + 1)
+		ids = `SELECT c.id FROM (
+			(SELECT operation_id AS id, created_at FROM overview_ops WHERE ` + strings.Join(stored, " AND ") + `
+				AND NOT (operation_id = ANY ((SELECT ids FROM dirty)::uuid[]))
+				ORDER BY created_at DESC, operation_id DESC LIMIT ` + n + `)
+			UNION ALL
+			(SELECT o.id, o.created_at FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id
+				WHERE o.id = ANY ((SELECT ids FROM dirty)::uuid[]) AND ` + strings.Join(where, " AND ") + `)
+			) c ORDER BY c.created_at DESC, c.id DESC LIMIT ` + n
+	} else {
+		if f.After != "" {
+			where = append(where, "(o.created_at, o.id) < ("+arg(after)+", "+arg(afterID)+"::uuid)")
+		}
+		ids = `SELECT o.id FROM operations o LEFT JOIN tasks t ON t.operation_id = o.id`
+		if len(where) > 0 {
+			ids += " WHERE " + strings.Join(where, " AND ")
+		}
+		ids += " ORDER BY o.created_at DESC, o.id DESC LIMIT " + arg(f.Limit+1)
+	}
+	return with + `SELECT ` + opColumns + opFrom + ` WHERE o.id IN (` + ids + `) ORDER BY o.created_at DESC, o.id DESC`, args, nil
+}
+
+// searchCandidates selects the ids a search can match (with dirtyCTE): those overview_search
+// finds by its indexes among the operations not dirty, and the dirty ones; the list's own
+// conditions then decide on the ledger's rows.
+func searchCandidates(scope Scope, f Filter, args *[]any) string {
+	arg := func(v any) string {
+		*args = append(*args, v)
+		return fmt.Sprintf("$%d", len(*args))
+	}
+	q := strings.TrimSpace(f.Search)
+	match := []string{"object_ref ILIKE " + arg("%"+strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(q)+"%"),
+		"idempotency_key = " + arg(q), "task_id = " + arg(q)}
+	if validUUID(q) {
+		match = append(match, "operation_id = "+arg(strings.ToLower(q))+"::uuid")
+	}
+	where := []string{"(" + strings.Join(match, " OR ") + ")", "NOT (operation_id = ANY ((SELECT ids FROM dirty)::uuid[]))"}
+	if !scope.All {
+		where = append(where, "tenant = ANY("+arg(scope.Tenants)+")")
+	}
+	if f.Tenant != "" {
+		where = append(where, "tenant = "+arg(f.Tenant))
+	}
+	return `SELECT operation_id FROM overview_search WHERE ` + strings.Join(where, " AND ") +
+		` UNION ALL SELECT unnest((SELECT ids FROM dirty)::uuid[])`
+}
+
+// usesOverviewIndexes reports whether List pages f through overview_ops: a filter on what the
+// ledger spreads over several tables, or on a column whose values may be rare, and no search.
+// Without one (all, a tenant) the ledger's own list indexes serve.
+func usesOverviewIndexes(f Filter) bool {
+	return strings.TrimSpace(f.Search) == "" &&
+		(f.Workflow != "" || f.Route != "" || f.TaskState != "" || f.DomainOutcome != "" || f.Mismatch || f.Attention)
 }
 
 func encodeCursor(at time.Time, id string) string {

@@ -51,7 +51,8 @@ type BatchResult struct {
 // ConfirmPhrase is what a person types to confirm a bulk action over n items.
 func ConfirmPhrase(action string, n int) string { return action + " " + strconv.Itoa(n) + " items" }
 
-// Preview counts the open items a filter selects in scope (the bulk action's preview).
+// Preview counts the open items a filter selects in scope (the bulk action's preview): from the
+// queue's counts unless it filters by age or claim.
 func (s *Store) Preview(ctx context.Context, scope Scope, f Filter) (int, error) {
 	if f.State == "closed" || f.State == "all" || f.State == string(StateSettled) || f.State == string(StateResolved) {
 		return 0, fmt.Errorf("%w: bulk actions apply to open items only", ErrInvalid)

@@ -225,22 +225,11 @@ func (s *Store) List(ctx context.Context, scope Scope, f Filter) (Page, error) {
 		f.Limit = 50
 	}
 	f.Limit = min(f.Limit, 500)
-	var args []any
-	w, err := where(scope, f, &args)
+	q, args, err := listQuery(scope, f)
 	if err != nil {
 		return Page{}, err
 	}
-	if f.After != "" {
-		at, id, err := decodeCursor(f.After)
-		if err != nil {
-			return Page{}, err
-		}
-		args = append(args, at, id)
-		w += fmt.Sprintf(" AND (r.opened_at, r.public_id) > ($%d, $%d::uuid)", len(args)-1, len(args))
-	}
-	args = append(args, f.Limit+1)
-	rows, err := s.pool.Query(ctx, `SELECT `+itemColumns+itemFrom+` WHERE `+w+
-		fmt.Sprintf(` ORDER BY r.opened_at, r.public_id LIMIT $%d`, len(args)), args...)
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("list reconciliation items: %w", err)
 	}
@@ -268,11 +257,33 @@ func (s *Store) Count(ctx context.Context, scope Scope, f Filter) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if n, ok, err := s.countOpen(ctx, scope, f); ok || err != nil {
+		return n, err
+	}
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM reconciliation_items r WHERE `+w, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count reconciliation items: %w", err)
 	}
 	return n, nil
+}
+
+// listQuery is the query of a page of List (f.Limit items and one more) and its arguments.
+func listQuery(scope Scope, f Filter) (string, []any, error) {
+	var args []any
+	w, err := where(scope, f, &args)
+	if err != nil {
+		return "", nil, err
+	}
+	if f.After != "" {
+		at, id, err := decodeCursor(f.After)
+		if err != nil {
+			return "", nil, err
+		}
+		args = append(args, at, id)
+		w += fmt.Sprintf(" AND (r.opened_at, r.public_id) > ($%d, $%d::uuid)", len(args)-1, len(args))
+	}
+	args = append(args, f.Limit+1)
+	return `SELECT ` + itemColumns + itemFrom + ` WHERE ` + w + fmt.Sprintf(` ORDER BY r.opened_at, r.public_id LIMIT $%d`, len(args)), args, nil
 }
 
 func decodeCursor(c string) (time.Time, string, error) {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +39,11 @@ import (
 type Options struct {
 	Quick       bool
 	DatabaseURL string
-	Out         string
+	// KeepDatabase names a database on DatabaseURL's server that the run uses and keeps: it is
+	// created (and seeded) when missing and reused as it is, so a seeded ledger serves several
+	// runs. Empty: a database of this run's own, dropped at the end.
+	KeepDatabase string
+	Out          string
 	// Operations is the ledger size of the scale phase; OpenTasks of them are still open and
 	// OpenItems are open reconciliation items.
 	Operations, OpenTasks, OpenItems int
@@ -56,7 +61,9 @@ type Options struct {
 	WatchPoll  time.Duration
 	// Only names the phases to run (empty: all). Setup always runs; the scale and console
 	// phases seed the ledger first.
-	Only   []string
+	Only []string
+	// Pages, when set, keeps the console pages whose names it matches.
+	Pages  *regexp.Regexp
 	Logger *slog.Logger
 }
 
@@ -211,6 +218,7 @@ type ConsoleFigures struct {
 // env is one run's world.
 type env struct {
 	o        Options
+	log      io.Writer
 	cluster  *pgcluster.Cluster
 	pool     *pgxpool.Pool
 	dbURL    string // the server's URL; dbName is this run's database on it
@@ -229,8 +237,11 @@ type env struct {
 	// uncached is the start path with a router that reads its inputs for every decision.
 	uncached *operations.Service
 	keys     atomic.Int64
+	// keyPrefix makes this run's idempotency keys its own (a kept database holds earlier runs').
+	keyPrefix string
 	// stopListen ends the change listener (it holds a connection of the pool).
 	stopListen context.CancelFunc
+	compactor  *operations.Compactor
 	// statements counts what the bench's pool sends to PostgreSQL.
 	statements statementCounter
 }
@@ -283,7 +294,7 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 	o = o.filled()
 	res := &Results{Scale: ScaleInfo{Quick: o.Quick, Operations: o.Operations, OpenTasks: o.OpenTasks, OpenItems: o.OpenItems, Clients: o.Clients},
 		Phases: map[string]float64{}, Machine: machineInfo()}
-	e := &env{o: o}
+	e := &env{o: o, log: log, keyPrefix: fmt.Sprintf("bench-%d-%d-", os.Getpid(), time.Now().UnixNano())}
 	defer e.close()
 	step := func(name string, f func() error) error {
 		fmt.Fprintf(log, "bench: %s...\n", name)
@@ -341,16 +352,28 @@ func (e *env) setup(ctx context.Context) error {
 		admin = c.URL("postgres")
 	}
 	name := fmt.Sprintf("taskgate_bench_%d", os.Getpid())
+	if e.o.KeepDatabase != "" {
+		if e.cluster != nil {
+			return errors.New("-keep-database needs -database-url: a private cluster is removed at the end")
+		}
+		name = e.o.KeepDatabase
+	}
 	ac, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	_, err = ac.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var exists bool
+	if err = ac.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err == nil && !(exists && e.o.KeepDatabase != "") {
+		_, err = ac.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	}
 	ac.Close(ctx)
 	if err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
 	e.dropDB = func() {
+		if e.o.KeepDatabase != "" {
+			return
+		}
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if ac, err := pgx.Connect(dctx, admin); err == nil {
@@ -421,6 +444,13 @@ func (e *env) setup(ctx context.Context) error {
 	e.ops, err = operations.NewService(operations.Config{Store: operations.NewStore(e.pool), Policy: e.policy, Servers: e.servers,
 		Logger: e.o.Logger, Router: routerFunc(e.router)})
 	if err != nil {
+		return err
+	}
+	// As in the console: the compactor keeps the console's counters current.
+	if e.compactor, err = operations.NewCompactor(operations.CompactorConfig{Store: e.ops.Store(), Logger: e.o.Logger}); err != nil {
+		return err
+	}
+	if err := e.compactor.Start(ctx); err != nil {
 		return err
 	}
 	uncached, err := rollout.NewRouter(rollout.RouterConfig{Policy: e.policy, Manifests: e.mstore, Stages: rollout.NewStore(e.pool, e.policy),
@@ -526,6 +556,9 @@ func runReceiverChild(stdout io.Writer) error {
 }
 
 func (e *env) close() {
+	if e.compactor != nil {
+		e.compactor.Stop()
+	}
 	if e.servers != nil {
 		e.servers.Close()
 	}
@@ -614,7 +647,7 @@ func (e *env) startOne(workflow string, args string) func(ctx context.Context) e
 func (e *env) startWith(svc *operations.Service, workflow string, args string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		k := e.keys.Add(1)
-		res, err := svc.Start(ctx, operations.Scope{All: true}, operations.StartRequest{IdempotencyKey: "bench-" + strconv.FormatInt(k, 10),
+		res, err := svc.Start(ctx, operations.Scope{All: true}, operations.StartRequest{IdempotencyKey: e.keyPrefix + strconv.FormatInt(k, 10),
 			Workflow: workflow, Tenant: []string{"acme", "globex"}[k%2], Actor: "app:bench", ObjectRef: "bench " + strconv.FormatInt(k, 10),
 			Arguments: []byte(args)})
 		if err != nil {
@@ -756,7 +789,9 @@ func (e *env) seed(ctx context.Context) error {
 	}
 	n := e.o.Operations - have
 	if n <= 0 {
-		return nil
+		// A kept database seeded before the counters existed is counted once (by whichever of
+		// the compactor's first pass and this gets there first).
+		return e.ops.Store().RecountOverviewIfNeeded(ctx)
 	}
 	// Seeded history is not news: the live-update triggers stay quiet while it is written.
 	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
@@ -774,7 +809,7 @@ func (e *env) seed(ctx context.Context) error {
 				SELECT id, CASE WHEN i % 3 = 0 THEN 'globex' ELSE 'acme' END,
 				       CASE WHEN open THEN 'bench_capped' WHEN i % 2 = 0 THEN 'bench_open' ELSE 'bench_watch' END,
 				       'seed-' || i, '', 'app:seed', 'seed ' || i, 'task', 'task_capable', 'seeded',
-				       CASE WHEN open THEN 'pending' WHEN i % 50 = 0 THEN 'unknown' ELSE 'applied' END,
+				       CASE WHEN open THEN 'pending' WHEN i % 50 = 0 THEN 'unknown' WHEN i % 997 = 0 THEN 'not_applied' ELSE 'applied' END,
 				       CASE WHEN NOT open AND i % 50 = 0 THEN 'needs_reconciliation' END,
 				       CASE WHEN NOT open AND i % 50 = 0 THEN 'task_unobservable' END,
 				       now() - make_interval(secs => i * 0.5), now() - make_interval(secs => i * 0.5)
@@ -800,7 +835,20 @@ func (e *env) seed(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, `VACUUM ANALYZE`); err != nil {
 		return err
 	}
-	return nil
+	return e.recount(ctx)
+}
+
+// recount counts the seeded ledger for the console's counters (the seed wrote it with the
+// triggers off), as an operator repairs counts, and analyzes what it wrote.
+func (e *env) recount(ctx context.Context) error {
+	t0 := time.Now()
+	if err := e.ops.Store().RecountOverview(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.log, "bench:   counters recounted in %s\n", time.Since(t0).Round(time.Millisecond))
+	_, err := e.pool.Exec(ctx, `VACUUM ANALYZE overview_ops, overview_search, overview_totals, overview_created, overview_hourly,
+		overview_server_hours, queue_counts`)
+	return err
 }
 
 func writeJSON(path string, res *Results) error {

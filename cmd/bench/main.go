@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -54,6 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	var o Options
 	quick := fs.Bool("quick", getenv("BENCH") == "quick", "the smaller scale (100,000 operations; also BENCH=quick)")
 	fs.StringVar(&o.DatabaseURL, "database-url", getenv("BENCH_DATABASE_URL"), "an existing PostgreSQL database to use (env BENCH_DATABASE_URL); empty = a private cluster")
+	fs.StringVar(&o.KeepDatabase, "keep-database", "", "a database on -database-url's server to use and keep (created and seeded when missing, reused as it is), so one seeded ledger serves several runs")
 	fs.StringVar(&o.Out, "out", "bench.json", "where to write the figures")
 	fs.IntVar(&o.Operations, "operations", 0, "ledger size for the scale, console and watch phases (default 1,000,000; 100,000 quick)")
 	fs.DurationVar(&o.Phase, "phase", 0, "length of each timed phase (default 10s; 5s quick)")
@@ -62,6 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.IntVar(&o.Toggles, "toggles", 0, "kill switch engage/release rounds (default 50)")
 	fs.IntVar(&o.PageRequests, "page-requests", 0, "requests per console page (default 40; 20 quick)")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (the console side: start path, watcher, pages) to the file")
+	pages := fs.String("pages", "", "a regular expression: only the console pages whose names it matches (e.g. '^reconcile')")
 	only := fs.String("only", "", "comma-separated phases to run (start, cap, killswitch, watch, waitfortask, scale, console); empty = all")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -70,6 +73,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if p = strings.TrimSpace(p); p != "" {
 			o.Only = append(o.Only, p)
 		}
+	}
+	if *pages != "" {
+		re, err := regexp.Compile(*pages)
+		if err != nil {
+			return fmt.Errorf("-pages: %w", err)
+		}
+		o.Pages = re
 	}
 	o.Quick = *quick
 	o = o.filled()

@@ -218,6 +218,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer janitor.Stop()
+	// The console's counts: dirty operations moved into the counters, the ledger counted first
+	// when it predates them.
+	compactor, err := operations.NewCompactor(operations.CompactorConfig{Store: ops.Store(), Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := compactor.Start(ctx); err != nil {
+		return err
+	}
+	defer compactor.Stop()
 	// Slots of a concurrency cap taken by starts that died before committing are given back.
 	go ops.Store().RecountCapacity(ctx, 0, 0, logger)
 	// Recovery: calls sent whose answer was never recorded become unknown with an item.

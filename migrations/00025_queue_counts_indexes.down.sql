@@ -1,0 +1,14 @@
+DROP INDEX pending_inputs_moved_on_idx;
+DROP INDEX pending_inputs_open_idx;
+DROP INDEX reconciliation_items_opened_at_idx;
+CREATE INDEX reconciliation_items_opened_at_idx ON reconciliation_items (opened_at);
+DROP INDEX reconciliation_items_closed_queue_idx;
+DROP INDEX reconciliation_items_reason_queue_idx;
+DROP INDEX reconciliation_items_workflow_queue_idx;
+DROP INDEX reconciliation_items_state_queue_idx;
+CREATE INDEX reconciliation_items_state_queue_idx ON reconciliation_items (state, opened_at, id) WHERE closed_at IS NULL;
+DROP TRIGGER reconciliation_items_queue_count_update ON reconciliation_items;
+DROP TRIGGER reconciliation_items_queue_count ON reconciliation_items;
+DROP FUNCTION taskgate_queue_count();
+DROP TABLE queue_count_deltas;
+DROP TABLE queue_counts;
