@@ -1,0 +1,489 @@
+package watch
+
+import (
+	"container/heap"
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/taskgate/taskgate/operations"
+)
+
+// entry is one task this replica holds.
+type entry struct {
+	d operations.Due // the task as this replica last knew it
+	// due is the next poll; idx its place in the heap (-1 while reading or dropped).
+	due time.Time
+	idx int
+	// reading is true from the moment the task fell due until its read ended: the reader
+	// owns d, next and drop then.
+	reading bool
+	// next is the next poll the read decided; drop ends the hold after the read.
+	next time.Time
+	drop bool
+	// poke asks for a poll as soon as the running read ends (a poke came meanwhile); refresh
+	// asks the next read to read the task's row again first (another writer changed it).
+	poke    bool
+	refresh bool
+	// polls are status reads not yet added to the stored count; moved marks a next poll not
+	// yet persisted.
+	polls int
+	moved bool
+	// since is when this replica took the task (for the in-flight amplification).
+	since time.Time
+}
+
+// dueHeap orders entries by due time.
+type dueHeap []*entry
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *dueHeap) Push(x any) {
+	e := x.(*entry)
+	e.idx = len(*h)
+	*h = append(*h, e)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.idx = -1
+	return e
+}
+
+// hold is the set of tasks a replica holds, their next polls in a heap, and the reads running.
+type hold struct {
+	mu        sync.Mutex
+	tasks     map[string]*entry
+	due       dueHeap
+	perServer map[string]int      // reads running, by server
+	queued    map[string][]*entry // due tasks waiting for a read slot of their server
+	wake      chan struct{}
+	reads     sync.WaitGroup
+	// window counts the reads since the last flush, for the in-flight amplification.
+	window int
+}
+
+func (h *hold) init() {
+	h.tasks = map[string]*entry{}
+	h.perServer = map[string]int{}
+	h.queued = map[string][]*entry{}
+	h.wake = make(chan struct{}, 1)
+}
+
+// poke wakes the scheduler.
+func (h *hold) poke() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// add takes newly acquired tasks into the hold, each due at its stored next poll.
+func (h *hold) add(got []operations.Acquired) {
+	if len(got) == 0 {
+		return
+	}
+	now := time.Now()
+	h.mu.Lock()
+	for _, a := range got {
+		if e := h.tasks[a.ID]; e != nil {
+			// Handed back and taken again (a poke made it due in the database): keep the copy.
+			if !e.reading && a.NextPollAt.Before(e.due) {
+				e.due = a.NextPollAt
+				heap.Fix(&h.due, e.idx)
+			}
+			continue
+		}
+		e := &entry{d: a.Due, due: a.NextPollAt, since: now, idx: -1}
+		h.tasks[a.ID] = e
+		heap.Push(&h.due, e)
+	}
+	h.mu.Unlock()
+	h.poke()
+}
+
+// ids are the held tasks' operation ids.
+func (h *hold) ids() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.tasks))
+	for id := range h.tasks {
+		out = append(out, id)
+	}
+	return out
+}
+
+// clear forgets every held task (after the replica stopped and handed them back).
+func (h *hold) clear() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tasks, h.due, h.queued = map[string]*entry{}, nil, map[string][]*entry{}
+}
+
+// unwritten returns the reads of e not yet added to the stored count (the read in progress
+// included); written takes n of them off once a write added them.
+func (h *hold) unwritten(e *entry) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return e.polls
+}
+
+func (h *hold) written(e *entry, n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e.polls -= n
+}
+
+// delay moves a held task's next poll to at (the server's Retry-After); false when not held.
+func (h *hold) delay(id string, at time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.tasks[id]
+	if e == nil {
+		return false
+	}
+	if e.reading {
+		e.next = at
+	} else {
+		e.due, e.moved = at, true
+		heap.Fix(&h.due, e.idx)
+	}
+	return true
+}
+
+// notified applies a notification's observation to a held task's copy and, when soon, makes it
+// due at once. It reports whether the task is held here.
+func (h *hold) notified(id string, obs operations.Observation, res operations.ObserveResult, soon bool) bool {
+	h.mu.Lock()
+	e := h.tasks[id]
+	if e == nil {
+		h.mu.Unlock()
+		return false
+	}
+	if e.reading {
+		// The read owns the copy: it polls again at once after it ends.
+		e.poke = e.poke || soon || res.Changed
+	} else {
+		if res.Changed {
+			learn(e.d.Task, obs, res.Now)
+			if res.BecameTerminal {
+				e.d.Task.ResultState = "pending"
+			}
+		}
+		if soon {
+			e.due = time.Now()
+			heap.Fix(&h.due, e.idx)
+		}
+	}
+	h.mu.Unlock()
+	if soon {
+		h.poke()
+	}
+	return true
+}
+
+// pokeAt makes a held task due at at when that is sooner (a poke through the database), its
+// row read again first.
+func (h *hold) pokeAt(id string, at time.Time) {
+	h.mu.Lock()
+	e := h.tasks[id]
+	if e != nil {
+		e.refresh = true
+	}
+	switch {
+	case e == nil:
+	case e.reading:
+		e.poke = true
+	case at.Before(e.due):
+		e.due = at
+		heap.Fix(&h.due, e.idx)
+	}
+	h.mu.Unlock()
+	h.poke()
+}
+
+// run polls held tasks as they fall due until ctx ends: each due task goes to a poller, or
+// waits behind its server's reads when the server is at ServerParallel. Nothing is polled
+// while the replica's beats lapsed.
+func (h *hold) run(ctx context.Context, s *Service) {
+	work := make(chan func())
+	var pollers sync.WaitGroup
+	for range s.cfg.Parallel {
+		pollers.Go(func() {
+			for f := range work {
+				f()
+			}
+		})
+	}
+	defer pollers.Wait()
+	defer close(work)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	var ready []*entry
+	for {
+		wait := time.Hour
+		if s.fenced() {
+			wait = s.cfg.Heartbeat / 4
+		} else {
+			now := time.Now()
+			ready = ready[:0]
+			h.mu.Lock()
+			for len(h.due) > 0 && !h.due[0].due.After(now) {
+				e := heap.Pop(&h.due).(*entry)
+				e.reading = true
+				ready = append(ready, e)
+			}
+			if len(h.due) > 0 {
+				wait = h.due[0].due.Sub(now)
+			}
+			var start []*entry
+			for _, e := range ready {
+				h.reads.Add(1)
+				srv := e.d.Task.Server
+				if h.perServer[srv] >= s.cfg.ServerParallel {
+					h.queued[srv] = append(h.queued[srv], e)
+					continue
+				}
+				h.perServer[srv]++
+				s.metrics.inFlight.WithLabelValues(srv).Inc()
+				start = append(start, e)
+			}
+			h.mu.Unlock()
+			for _, e := range start {
+				f := func() { h.readServer(ctx, s, e) }
+				select {
+				case work <- f:
+				default: // every poller is busy (slow servers): the read runs beside them
+					go f()
+				}
+			}
+		}
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.wake:
+		}
+	}
+}
+
+// readServer reads e, then goes on with the reads queued for the same server, so the slot
+// passes to the next of them without a poller of its own. Once ctx ends, queued tasks are put
+// back unread.
+func (h *hold) readServer(ctx context.Context, s *Service, e *entry) {
+	for {
+		e.next, e.drop = e.due, false
+		h.mu.Lock()
+		refresh := e.refresh
+		e.refresh = false
+		h.mu.Unlock()
+		if refresh && ctx.Err() == nil {
+			s.reload(ctx, e)
+		}
+		if ctx.Err() == nil && !e.drop {
+			// Each read has its own context: neither the loop moving on nor another read's
+			// failure cuts it short.
+			rctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+			s.watchOne(rctx, e)
+			cancel()
+		}
+		next, ok := h.endRead(s, e)
+		h.reads.Done()
+		if !ok {
+			return
+		}
+		e = next
+	}
+}
+
+// endRead ends e's read: e is scheduled at its next poll or dropped, and the next read queued
+// for the server, if any, takes the slot.
+func (h *hold) endRead(s *Service, e *entry) (*entry, bool) {
+	var lastPolls int
+	h.mu.Lock()
+	e.reading = false
+	if e.drop || h.tasks[e.d.ID] != e {
+		if h.tasks[e.d.ID] == e {
+			delete(h.tasks, e.d.ID)
+		}
+		lastPolls, e.polls = e.polls, 0
+	} else {
+		if e.poke {
+			e.next, e.poke = time.Now(), false
+		}
+		e.due, e.moved = e.next, true
+		heap.Push(&h.due, e)
+	}
+	srv := e.d.Task.Server
+	var next *entry
+	if q := h.queued[srv]; len(q) > 0 {
+		next = q[0]
+		q[0] = nil
+		if q = q[1:]; len(q) == 0 {
+			delete(h.queued, srv)
+		} else {
+			h.queued[srv] = q
+		}
+	} else {
+		if h.perServer[srv]--; h.perServer[srv] <= 0 {
+			delete(h.perServer, srv)
+		}
+		s.metrics.inFlight.WithLabelValues(srv).Dec()
+	}
+	h.mu.Unlock()
+	h.poke()
+	if lastPolls > 0 {
+		// The task left the hold: its last reads are counted now, not at the next flush.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.store.FlushProgress(ctx, s.cfg.ReplicaID, []operations.Progress{{ID: e.d.ID, Polls: lastPolls}}); err != nil {
+			s.log.Warn("persist poll count", "operation", e.d.ID, "err", err)
+		}
+		cancel()
+	}
+	return next, next != nil
+}
+
+// forget drops a task from the hold: its outcome was recorded, it was given up, or another
+// replica took it. A task being read is dropped when its read ends.
+func (s *Service) forget(id string) {
+	h := &s.hold
+	var polls int
+	h.mu.Lock()
+	e := h.tasks[id]
+	switch {
+	case e == nil:
+	case e.reading:
+		e.drop = true
+	default:
+		delete(h.tasks, id)
+		if e.idx >= 0 {
+			heap.Remove(&h.due, e.idx)
+		}
+		polls = e.polls
+	}
+	h.mu.Unlock()
+	if polls > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.store.FlushProgress(ctx, s.cfg.ReplicaID, []operations.Progress{{ID: id, Polls: polls}}); err != nil {
+			s.log.Warn("persist poll count", "operation", id, "err", err)
+		}
+	}
+}
+
+// countPoll is the one place a status read of a held task is counted: the replica's metric,
+// the pass's count and the task's count, which the next write of the task or the next flush
+// adds to the stored one.
+func (s *Service) countPoll(e *entry, server, result string) {
+	s.metrics.polls.WithLabelValues(result).Inc()
+	s.polled.Add(1)
+	s.hold.mu.Lock()
+	e.polls++
+	s.hold.window++
+	s.hold.mu.Unlock()
+}
+
+// flush persists, in one batch, the poll counts and next polls of the held tasks that changed
+// since the last flush (all of them when all is set, after the loops stopped), and sets the
+// in-flight amplification: reads made over reads due since the last flush, across every task
+// held. Tasks being read are left for the next flush.
+func (s *Service) flush(ctx context.Context, all bool) error {
+	h := &s.hold
+	now := time.Now()
+	var ps []operations.Progress
+	var due float64
+	h.mu.Lock()
+	made := h.window
+	h.window = 0
+	for _, e := range h.tasks {
+		from := e.since
+		if s.lastFlush.After(from) {
+			from = s.lastFlush
+		}
+		if since := now.Sub(from); since > 0 && e.d.Task.State.Watchable() {
+			due += float64(since) / float64(s.interval(e.d.Task))
+		}
+		if e.reading || (!all && e.polls == 0 && !e.moved) {
+			continue
+		}
+		ps = append(ps, operations.Progress{ID: e.d.ID, Polls: e.polls, NextPollAt: e.due})
+		e.polls, e.moved = 0, false
+	}
+	h.mu.Unlock()
+	if !s.lastFlush.IsZero() && due >= 1 {
+		s.metrics.inFlightAmplification.Set(float64(made) / due)
+	}
+	s.lastFlush = now
+	if len(ps) == 0 {
+		return nil
+	}
+	if err := s.store.FlushProgress(ctx, s.cfg.ReplicaID, ps); err != nil {
+		h.mu.Lock()
+		for _, p := range ps {
+			if e := h.tasks[p.ID]; e != nil {
+				e.polls += p.Polls
+				e.moved = true
+			}
+		}
+		h.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// listenPokes listens on operations.WatchPokeChannel on a connection of its own and makes
+// the held tasks named there due at the time given. A poke missed while the connection is
+// re-made only delays that task to its scheduled poll.
+func (s *Service) listenPokes(ctx context.Context) {
+	for ctx.Err() == nil {
+		s.listenPokesOnce(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Service) listenPokesOnce(ctx context.Context) {
+	pc, err := s.store.Pool().Acquire(ctx)
+	if err != nil {
+		return
+	}
+	conn := pc.Hijack() // held for as long as it listens, then closed: never back in the pool
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Close(cctx)
+		cancel()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+operations.WatchPokeChannel); err != nil {
+		return
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return
+		}
+		id, ms, ok := strings.Cut(n.Payload, " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil {
+			continue
+		}
+		s.hold.pokeAt(id, time.UnixMilli(v))
+	}
+}
+
+// randFloat is a uniform float in [0, 1) for jitter.
+func randFloat() float64 { return rand.Float64() }
