@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/taskgate/taskgate/mcpclient"
 	"github.com/taskgate/taskgate/operations"
 )
 
@@ -34,6 +35,30 @@ type entry struct {
 	moved bool
 	// since is when this replica took the task (for the in-flight amplification).
 	since time.Time
+	// listKey names the connection whose tasks/list sweeps can observe the task (set by a
+	// read on a connection whose server declared tasks.list; "" = read with tasks/get), and
+	// group the sweep group the task rides in (nil: scheduled on its own). unlisted is set
+	// once a sweep did not list the task: it is read with tasks/get from then on.
+	listKey  string
+	group    *group
+	unlisted bool
+	// sweep is set on a group's own heap item: its read is the group's sweep.
+	sweep *group
+	// notify is set while the task's connection (conn) delivers status notifications: the
+	// task is polled at the safety-net interval then.
+	notify bool
+	conn   mcpclient.Conn
+}
+
+// group is the held tasks one tasks/list sweep observes: those of one connection (server and
+// session) with the same poll interval. Its sweep runs at most once per interval; a member is
+// observed by a sweep only once its own next poll has come.
+type group struct {
+	key      string
+	server   string
+	interval time.Duration
+	members  map[string]*entry // by task id
+	item     *entry            // the group's heap item
 }
 
 // dueHeap orders entries by due time.
@@ -63,19 +88,23 @@ func (h *dueHeap) Pop() any {
 type hold struct {
 	mu        sync.Mutex
 	tasks     map[string]*entry
+	byTask    map[string]*entry // by server \x00 task id
 	due       dueHeap
 	perServer map[string]int      // reads running, by server
 	queued    map[string][]*entry // due tasks waiting for a read slot of their server
 	wake      chan struct{}
 	reads     sync.WaitGroup
+	groups    map[string]*group
 	// window counts the reads since the last flush, for the in-flight amplification.
 	window int
 }
 
 func (h *hold) init() {
 	h.tasks = map[string]*entry{}
+	h.byTask = map[string]*entry{}
 	h.perServer = map[string]int{}
 	h.queued = map[string][]*entry{}
+	h.groups = map[string]*group{}
 	h.wake = make(chan struct{}, 1)
 }
 
@@ -98,13 +127,13 @@ func (h *hold) add(got []operations.Acquired) {
 		if e := h.tasks[a.ID]; e != nil {
 			// Handed back and taken again (a poke made it due in the database): keep the copy.
 			if !e.reading && a.NextPollAt.Before(e.due) {
-				e.due = a.NextPollAt
-				heap.Fix(&h.due, e.idx)
+				h.schedule(e, a.NextPollAt)
 			}
 			continue
 		}
 		e := &entry{d: a.Due, due: a.NextPollAt, since: now, idx: -1}
 		h.tasks[a.ID] = e
+		h.byTask[taskKey(a.Task)] = e
 		heap.Push(&h.due, e)
 	}
 	h.mu.Unlock()
@@ -126,7 +155,83 @@ func (h *hold) ids() []string {
 func (h *hold) clear() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.tasks, h.due, h.queued = map[string]*entry{}, nil, map[string][]*entry{}
+	h.tasks, h.due, h.queued, h.groups = map[string]*entry{}, nil, map[string][]*entry{}, map[string]*group{}
+	h.byTask = map[string]*entry{}
+}
+
+// taskKey names a held task by server and task id.
+func taskKey(t *operations.Task) string { return t.Server + "\x00" + t.TaskID }
+
+// remove takes e out of the hold's maps, heap and group (h.mu held).
+func (h *hold) remove(e *entry) {
+	if h.tasks[e.d.ID] == e {
+		delete(h.tasks, e.d.ID)
+	}
+	if h.byTask[taskKey(e.d.Task)] == e {
+		delete(h.byTask, taskKey(e.d.Task))
+	}
+	h.leaveGroup(e)
+	if e.idx >= 0 {
+		heap.Remove(&h.due, e.idx)
+	}
+}
+
+// unchanged reports whether a notification about a held task tells nothing its copy lacks.
+func (h *hold) unchanged(server, taskID string, obs operations.Observation) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.byTask[server+"\x00"+taskID]
+	return e != nil && !e.reading && e.d.Task.Unchanged(obs)
+}
+
+// leaveGroup takes e out of its sweep group (h.mu held); it is scheduled on its own after.
+func (h *hold) leaveGroup(e *entry) {
+	g := e.group
+	if g == nil {
+		return
+	}
+	delete(g.members, e.d.Task.TaskID)
+	e.group = nil
+}
+
+// schedule puts e in the heap at at, out of any sweep group (h.mu held).
+func (h *hold) schedule(e *entry, at time.Time) {
+	h.leaveGroup(e)
+	e.due, e.moved = at, true
+	if e.idx >= 0 {
+		heap.Fix(&h.due, e.idx)
+	} else {
+		heap.Push(&h.due, e)
+	}
+}
+
+// place schedules e after a read at e.next: in its connection's sweep group when a tasks/list
+// sweep can observe it, else in the heap (h.mu held).
+func (h *hold) place(s *Service, e *entry) {
+	t := e.d.Task
+	iv := s.pollEvery(e)
+	if e.listKey == "" || e.unlisted || !t.State.Watchable() || t.ResultState == "pending" {
+		h.schedule(e, e.next)
+		return
+	}
+	key := e.listKey + "\x00" + iv.String()
+	g := h.groups[key]
+	if g == nil {
+		g = &group{key: key, server: t.Server, interval: iv, members: map[string]*entry{}}
+		g.item = &entry{d: operations.Due{Operation: operations.Operation{ID: "sweep " + key, Task: &operations.Task{Server: t.Server}}},
+			due: e.next, idx: -1, sweep: g}
+		h.groups[key] = g
+		heap.Push(&h.due, g.item)
+	}
+	if e.idx >= 0 {
+		heap.Remove(&h.due, e.idx)
+	}
+	e.group, e.due, e.moved = g, e.next, true
+	g.members[t.TaskID] = e
+	if !g.item.reading && g.item.idx < 0 {
+		g.item.due = e.next
+		heap.Push(&h.due, g.item)
+	}
 }
 
 // unwritten returns the reads of e not yet added to the stored count (the read in progress
@@ -154,8 +259,7 @@ func (h *hold) delay(id string, at time.Time) bool {
 	if e.reading {
 		e.next = at
 	} else {
-		e.due, e.moved = at, true
-		heap.Fix(&h.due, e.idx)
+		h.schedule(e, at)
 	}
 	return true
 }
@@ -180,8 +284,7 @@ func (h *hold) notified(id string, obs operations.Observation, res operations.Ob
 			}
 		}
 		if soon {
-			e.due = time.Now()
-			heap.Fix(&h.due, e.idx)
+			h.schedule(e, time.Now())
 		}
 	}
 	h.mu.Unlock()
@@ -203,9 +306,8 @@ func (h *hold) pokeAt(id string, at time.Time) {
 	case e == nil:
 	case e.reading:
 		e.poke = true
-	case at.Before(e.due):
-		e.due = at
-		heap.Fix(&h.due, e.idx)
+	case at.Before(e.due) || e.group != nil:
+		h.schedule(e, at)
 	}
 	h.mu.Unlock()
 	h.poke()
@@ -294,7 +396,11 @@ func (h *hold) readServer(ctx context.Context, s *Service, e *entry) {
 			// Each read has its own context: neither the loop moving on nor another read's
 			// failure cuts it short.
 			rctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
-			s.watchOne(rctx, e)
+			if e.sweep != nil {
+				s.sweep(rctx, e.sweep)
+			} else {
+				s.watchOne(rctx, e)
+			}
 			cancel()
 		}
 		next, ok := h.endRead(s, e)
@@ -311,18 +417,20 @@ func (h *hold) readServer(ctx context.Context, s *Service, e *entry) {
 func (h *hold) endRead(s *Service, e *entry) (*entry, bool) {
 	var lastPolls int
 	h.mu.Lock()
-	e.reading = false
-	if e.drop || h.tasks[e.d.ID] != e {
-		if h.tasks[e.d.ID] == e {
-			delete(h.tasks, e.d.ID)
+	switch {
+	case e.sweep != nil:
+		e.reading = false
+		if g := e.sweep; len(g.members) == 0 {
+			delete(h.groups, g.key)
+			for _, m := range g.members {
+				h.schedule(m, m.due)
+			}
+		} else {
+			e.due = e.next
+			heap.Push(&h.due, e)
 		}
-		lastPolls, e.polls = e.polls, 0
-	} else {
-		if e.poke {
-			e.next, e.poke = time.Now(), false
-		}
-		e.due, e.moved = e.next, true
-		heap.Push(&h.due, e)
+	default:
+		lastPolls = h.settle(s, e)
 	}
 	srv := e.d.Task.Server
 	var next *entry
@@ -342,15 +450,40 @@ func (h *hold) endRead(s *Service, e *entry) (*entry, bool) {
 	}
 	h.mu.Unlock()
 	h.poke()
-	if lastPolls > 0 {
-		// The task left the hold: its last reads are counted now, not at the next flush.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := s.store.FlushProgress(ctx, s.cfg.ReplicaID, []operations.Progress{{ID: e.d.ID, Polls: lastPolls}}); err != nil {
-			s.log.Warn("persist poll count", "operation", e.d.ID, "err", err)
-		}
-		cancel()
-	}
+	s.persistPolls(e.d.ID, lastPolls)
 	return next, next != nil
+}
+
+// settle schedules e after its read (h.mu held): at its next poll, at once when a poke came
+// meanwhile, or out of the hold when the read dropped it, returning then the reads not yet
+// persisted.
+func (h *hold) settle(s *Service, e *entry) int {
+	e.reading = false
+	switch {
+	case e.drop || h.tasks[e.d.ID] != e:
+		h.remove(e)
+		n := e.polls
+		e.polls = 0
+		return n
+	case e.poke:
+		e.next, e.poke = time.Now(), false
+		h.schedule(e, e.next)
+	default:
+		h.place(s, e)
+	}
+	return 0
+}
+
+// persistPolls writes the last reads of a task that left the hold now, not at the next flush.
+func (s *Service) persistPolls(id string, n int) {
+	if n <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.store.FlushProgress(ctx, s.cfg.ReplicaID, []operations.Progress{{ID: id, Polls: n}}); err != nil {
+		s.log.Warn("persist poll count", "operation", id, "err", err)
+	}
 }
 
 // forget drops a task from the hold: its outcome was recorded, it was given up, or another
@@ -365,31 +498,25 @@ func (s *Service) forget(id string) {
 	case e.reading:
 		e.drop = true
 	default:
-		delete(h.tasks, id)
-		if e.idx >= 0 {
-			heap.Remove(&h.due, e.idx)
-		}
+		h.remove(e)
 		polls = e.polls
 	}
 	h.mu.Unlock()
-	if polls > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.store.FlushProgress(ctx, s.cfg.ReplicaID, []operations.Progress{{ID: id, Polls: polls}}); err != nil {
-			s.log.Warn("persist poll count", "operation", id, "err", err)
-		}
-	}
+	s.persistPolls(id, polls)
 }
 
-// countPoll is the one place a status read of a held task is counted: the replica's metric,
-// the pass's count and the task's count, which the next write of the task or the next flush
-// adds to the stored one.
-func (s *Service) countPoll(e *entry, server, result string) {
+// counted is the one place a status read is counted: a tasks/get of one held task, or a
+// tasks/list page observing the held tasks es. It counts the request in the replica's metric
+// (by result) and the pass's count, and each task's observation in the task's count, which
+// the next write of the task or the next flush adds to the stored one.
+func (s *Service) counted(server, result string, es ...*entry) {
 	s.metrics.polls.WithLabelValues(result).Inc()
 	s.polled.Add(1)
 	s.hold.mu.Lock()
-	e.polls++
-	s.hold.window++
+	for _, e := range es {
+		e.polls++
+	}
+	s.hold.window += len(es)
 	s.hold.mu.Unlock()
 }
 
@@ -411,7 +538,14 @@ func (s *Service) flush(ctx context.Context, all bool) error {
 			from = s.lastFlush
 		}
 		if since := now.Sub(from); since > 0 && e.d.Task.State.Watchable() {
-			due += float64(since) / float64(s.interval(e.d.Task))
+			due += float64(since) / float64(s.pollEvery(e))
+		}
+		if e.notify && !e.reading && !mcpclient.NotifiesStatus(e.conn) {
+			// The connection stopped delivering notifications: back to the task's interval.
+			e.notify, e.conn = false, nil
+			if soon := now.Add(s.interval(e.d.Task)); e.due.After(soon) {
+				h.schedule(e, soon)
+			}
 		}
 		if e.reading || (!all && e.polls == 0 && !e.moved) {
 			continue

@@ -105,6 +105,11 @@ type Config struct {
 	// NoNotifications turns off the slower safety-net polling of tasks whose connection
 	// delivers status notifications: they are polled at their interval like any other.
 	NoNotifications bool
+	// SafetyNet bounds the interval at which a task is polled while its connection delivers
+	// status notifications (default 30s): such a task is polled every ten intervals, at most
+	// SafetyNet apart and never more often than its interval, so a notification the server
+	// did not send is caught within that time.
+	SafetyNet time.Duration
 	// AfterPass, when set, is called after every pass with the number of status reads made
 	// since the previous pass.
 	AfterPass func(polled int)
@@ -143,6 +148,7 @@ func (c *Config) validate() error {
 	def(&c.PollFloor, 250*time.Millisecond)
 	def(&c.DefaultPoll, time.Second)
 	def(&c.MaxJitter, 100*time.Millisecond)
+	def(&c.SafetyNet, 30*time.Second)
 	def(&c.UnobservableGrace, 30*time.Second)
 	def(&c.PassTimeout, 30*time.Second)
 	def(&c.Heartbeat, time.Second)
@@ -439,7 +445,7 @@ func (s *Service) watchOne(ctx context.Context, e *entry) {
 	}
 	conn.Seed(t.TaskID, mcpclient.Status(t.State))
 	snap, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.Snapshot, error) { return conn.GetTask(ctx, t.TaskID) })
-	s.countPoll(e, t.Server, pollResult(err))
+	s.counted(t.Server, pollResult(err), e)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			s.metrics.budget.WithLabelValues("status", t.Server).Inc()
@@ -456,7 +462,14 @@ func (s *Service) watchOne(ctx context.Context, e *entry) {
 		s.failure(ctx, d, conn, err)
 		return
 	}
-	e.next = s.nextPoll(t, time.Now()) // the interval runs from the answer
+	if !s.cfg.NoListSweep && mcpclient.CanList(conn) {
+		e.listKey = t.Server + "\x00" + conn.Info().SessionID
+	}
+	e.notify, e.conn = false, nil
+	if !s.cfg.NoNotifications && mcpclient.NotifiesStatus(conn) {
+		e.notify, e.conn = true, conn
+	}
+	e.next = s.nextPollFor(e, time.Now()) // the interval runs from the answer
 	s.observed(ctx, e, conn, wf, snap, log)
 }
 
@@ -556,15 +569,34 @@ func (s *Service) interval(t *operations.Task) time.Duration {
 	return max(iv, s.cfg.PollFloor)
 }
 
+// pollEvery is how often a held task is polled: its interval, or the safety-net interval while
+// its connection delivers status notifications.
+func (s *Service) pollEvery(e *entry) time.Duration {
+	iv := s.interval(e.d.Task)
+	if e.notify {
+		iv = max(iv, min(10*iv, s.cfg.SafetyNet))
+	}
+	return iv
+}
+
+// nextPollFor is nextPoll at the held task's own rate (pollEvery).
+func (s *Service) nextPollFor(e *entry, from time.Time) time.Time {
+	iv := s.pollEvery(e)
+	next := from.Add(iv + s.jitter(iv))
+	if t := e.d.Task; t.Deadline != nil && next.After(*t.Deadline) {
+		next = *t.Deadline
+		if floor := from.Add(s.cfg.PollFloor); next.Before(floor) {
+			next = floor
+		}
+	}
+	return next
+}
+
 // nextPoll is when a task read at from falls due again: one interval plus jitter later, or at
 // its deadline when that comes first.
 func (s *Service) nextPoll(t *operations.Task, from time.Time) time.Time {
 	iv := s.interval(t)
-	j := min(time.Duration(s.cfg.Jitter*float64(iv)), s.cfg.MaxJitter)
-	if j > 0 {
-		j = time.Duration(randFloat() * float64(j))
-	}
-	next := from.Add(iv + j)
+	next := from.Add(iv + s.jitter(iv))
 	if t.Deadline != nil && next.After(*t.Deadline) {
 		// Ended at the deadline without another read; a deadline already past is checked again
 		// no sooner than PollFloor (its end could not be written).
@@ -831,6 +863,10 @@ func (s *Service) onInput(server string, r mcpclient.InputRequest) {
 // database and the holder's poke when another replica holds it) so its outcome or question is
 // fetched.
 func (s *Service) onStatus(server string, snap mcpclient.Snapshot) {
+	if snap.Violation == nil && s.hold.unchanged(server, snap.Task.ID, observation(snap.Task)) {
+		s.metrics.notifications.Inc() // a held task, nothing new: nothing to write
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	op, err := s.store.ByTask(ctx, server, snap.Task.ID)
