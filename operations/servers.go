@@ -143,11 +143,12 @@ func (s *Servers) options(server string) (mcpclient.Options, error) {
 
 // Conn returns the shared connection to a server, dialling it on first use.
 func (s *Servers) Conn(ctx context.Context, server string) (mcpclient.Conn, error) {
+	if c, ok := s.lookup(server); ok {
+		return c, nil // the watchers' path, once per poll: no dial lock
+	}
 	s.dialMu.Lock()
 	defer s.dialMu.Unlock()
-	s.mu.Lock()
-	c, ok := s.conns[server]
-	s.mu.Unlock()
+	c, ok := s.lookup(server)
 	if ok {
 		return c, nil
 	}
@@ -180,11 +181,12 @@ func (s *Servers) TaskConn(ctx context.Context, server string, t *Task) (mcpclie
 		return s.Conn(ctx, server)
 	}
 	key := server + "\x00" + t.sessionID
+	if c, ok := s.lookup(key); ok {
+		return c, nil
+	}
 	s.dialMu.Lock()
 	defer s.dialMu.Unlock()
-	s.mu.Lock()
-	c, ok := s.conns[key]
-	s.mu.Unlock()
+	c, ok := s.lookup(key)
 	if ok {
 		return c, nil
 	}
@@ -207,6 +209,14 @@ func (s *Servers) TaskConn(ctx context.Context, server string, t *Task) (mcpclie
 	}
 	s.conns[key] = c
 	return c, nil
+}
+
+// lookup returns the open connection under key.
+func (s *Servers) lookup(key string) (mcpclient.Conn, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.conns[key]
+	return c, ok
 }
 
 // Drop forgets a connection that failed for good (session gone, closed).

@@ -95,6 +95,8 @@ type hold struct {
 	wake      chan struct{}
 	reads     sync.WaitGroup
 	groups    map[string]*group
+	// sleepUntil is when the scheduler wakes next: a task due sooner wakes it.
+	sleepUntil time.Time
 	// window counts the reads since the last flush, for the in-flight amplification.
 	window int
 }
@@ -203,6 +205,15 @@ func (h *hold) schedule(e *entry, at time.Time) {
 	} else {
 		heap.Push(&h.due, e)
 	}
+	h.wakeFor(at)
+}
+
+// wakeFor wakes the scheduler when at comes before its next wake (h.mu held): a read that
+// schedules its task an interval out costs the scheduler no wake-up.
+func (h *hold) wakeFor(at time.Time) {
+	if at.Before(h.sleepUntil) {
+		h.poke()
+	}
 }
 
 // place schedules e after a read at e.next: in its connection's sweep group when a tasks/list
@@ -231,6 +242,7 @@ func (h *hold) place(s *Service, e *entry) {
 	if !g.item.reading && g.item.idx < 0 {
 		g.item.due = e.next
 		heap.Push(&h.due, g.item)
+		h.wakeFor(e.next)
 	}
 }
 
@@ -335,6 +347,9 @@ func (h *hold) run(ctx context.Context, s *Service) {
 		wait := time.Hour
 		if s.fenced() {
 			wait = s.cfg.Heartbeat / 4
+			h.mu.Lock()
+			h.sleepUntil = time.Now().Add(wait)
+			h.mu.Unlock()
 		} else {
 			now := time.Now()
 			ready = ready[:0]
@@ -347,6 +362,7 @@ func (h *hold) run(ctx context.Context, s *Service) {
 			if len(h.due) > 0 {
 				wait = h.due[0].due.Sub(now)
 			}
+			h.sleepUntil = now.Add(wait)
 			var start []*entry
 			for _, e := range ready {
 				h.reads.Add(1)
@@ -428,6 +444,7 @@ func (h *hold) endRead(s *Service, e *entry) (*entry, bool) {
 		} else {
 			e.due = e.next
 			heap.Push(&h.due, e)
+			h.wakeFor(e.due)
 		}
 	default:
 		lastPolls = h.settle(s, e)
@@ -449,7 +466,6 @@ func (h *hold) endRead(s *Service, e *entry) (*entry, bool) {
 		s.metrics.inFlight.WithLabelValues(srv).Dec()
 	}
 	h.mu.Unlock()
-	h.poke()
 	s.persistPolls(e.d.ID, lastPolls)
 	return next, next != nil
 }
@@ -510,7 +526,7 @@ func (s *Service) forget(id string) {
 // (by result) and the pass's count, and each task's observation in the task's count, which
 // the next write of the task or the next flush adds to the stored one.
 func (s *Service) counted(server, result string, es ...*entry) {
-	s.metrics.polls.WithLabelValues(result).Inc()
+	s.metrics.poll(result).Inc()
 	s.polled.Add(1)
 	s.hold.mu.Lock()
 	for _, e := range es {

@@ -11,6 +11,7 @@ import (
 
 type metrics struct {
 	polls         *prometheus.CounterVec
+	pollOK        prometheus.Counter // polls{result="ok"}, the common case, looked up once
 	lateness      prometheus.Histogram
 	amplification prometheus.Histogram
 	// inFlightAmplification is reads made over reads due across every held task, over the
@@ -69,6 +70,7 @@ func newMetrics(reg prometheus.Registerer, store *operations.Store) (*metrics, e
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_watch_stale_observations_total",
 			Help: "Status answers and notifications dropped because they contradict a final status stored after their reading began (by another connection or replica): not violations."}),
 	}
+	m.pollOK = m.polls.WithLabelValues("ok")
 	if reg == nil {
 		return m, nil
 	}
@@ -79,4 +81,12 @@ func newMetrics(reg prometheus.Registerer, store *operations.Store) (*metrics, e
 		}
 	}
 	return m, nil
+}
+
+// poll is the counter of status reads with result.
+func (m *metrics) poll(result string) prometheus.Counter {
+	if result == "ok" {
+		return m.pollOK
+	}
+	return m.polls.WithLabelValues(result)
 }

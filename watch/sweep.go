@@ -116,7 +116,7 @@ func (s *Service) observeListed(ctx context.Context, g *group, m *entry, conn mc
 	h.mu.Unlock()
 	s.metrics.lateness.Observe(max(0, time.Since(m.due).Seconds()))
 	m.next, m.drop = next, false
-	s.observed(ctx, m, conn, s.workflow(m.d.Workflow), snap, s.log.With("operation", m.d.ID, "task", m.d.Task.TaskID))
+	s.observed(ctx, m, conn, s.workflow(m.d.Workflow), snap)
 	h.mu.Lock()
 	n := h.settle(s, m)
 	h.mu.Unlock()

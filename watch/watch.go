@@ -196,6 +196,9 @@ type Service struct {
 	beatAt atomic.Int64
 	// lastFlush is when the held tasks' progress was last persisted (the loop's own).
 	lastFlush time.Time
+	// workflows caches the policy's workflows by name (the policy does not change while the
+	// service runs): a read looks its budgets up without a scan.
+	workflows sync.Map
 }
 
 // New validates cfg and returns a stopped Service.
@@ -411,6 +414,15 @@ func (s *Service) runOnce(loop context.Context) (int, error) {
 }
 
 func (s *Service) workflow(name string) *config.Workflow {
+	if wf, ok := s.workflows.Load(name); ok {
+		return wf.(*config.Workflow)
+	}
+	wf := s.lookupWorkflow(name)
+	s.workflows.Store(name, wf)
+	return wf
+}
+
+func (s *Service) lookupWorkflow(name string) *config.Workflow {
 	if wf, ok := s.cfg.Policy.Workflow(name); ok {
 		return wf
 	}
@@ -425,7 +437,6 @@ func (s *Service) workflow(name string) *config.Workflow {
 func (s *Service) watchOne(ctx context.Context, e *entry) {
 	d := e.d
 	t := d.Task
-	log := s.log.With("operation", d.ID, "task", t.TaskID)
 	now := time.Now()
 	s.metrics.lateness.Observe(max(0, now.Sub(e.due).Seconds()))
 	e.next = s.nextPoll(t, now)
@@ -470,12 +481,13 @@ func (s *Service) watchOne(ctx context.Context, e *entry) {
 		e.notify, e.conn = true, conn
 	}
 	e.next = s.nextPollFor(e, time.Now()) // the interval runs from the answer
-	s.observed(ctx, e, conn, wf, snap, log)
+	s.observed(ctx, e, conn, wf, snap)
 }
 
 // observed applies one status answer to a held task: nothing is written when nothing changed.
-func (s *Service) observed(ctx context.Context, e *entry, conn mcpclient.Conn, wf *config.Workflow, snap mcpclient.Snapshot, log *slog.Logger) {
+func (s *Service) observed(ctx context.Context, e *entry, conn mcpclient.Conn, wf *config.Workflow, snap mcpclient.Snapshot) {
 	d := e.d
+	log := func() *slog.Logger { return s.log.With("operation", d.ID, "task", d.Task.TaskID) } // built only to log
 	t := d.Task
 	if t.FailureKind != "" {
 		if err := s.store.ClearFailure(ctx, d.ID); err == nil {
@@ -490,7 +502,7 @@ func (s *Service) observed(ctx context.Context, e *entry, conn mcpclient.Conn, w
 		obs.Polls = s.hold.unwritten(e)
 		var err error
 		if res, err = s.store.Observe(ctx, d.ID, obs, operations.SourcePoll); err != nil {
-			log.Error("store observation", "err", err)
+			log().Error("store observation", "err", err)
 			return
 		}
 		if res.PollsWritten {
@@ -502,7 +514,7 @@ func (s *Service) observed(ctx context.Context, e *entry, conn mcpclient.Conn, w
 	}
 	if res.Violation {
 		s.metrics.violations.WithLabelValues(operations.ViolationTransition).Inc()
-		log.Warn("task status transition violates the state machine", "from", res.From, "to", snap.Task.Status)
+		log().Warn("task status transition violates the state machine", "from", res.From, "to", snap.Task.Status)
 	}
 	if res.Stale || (!res.Changed && res.Now != before) {
 		// Another connection or replica stored a status this replica had not learnt (the final
@@ -516,7 +528,7 @@ func (s *Service) observed(ctx context.Context, e *entry, conn mcpclient.Conn, w
 	if snap.Task.Status == mcpclient.StatusInputRequired && !res.Violation {
 		if len(snap.InputRequests) > 0 {
 			if _, err := s.store.UpsertInputs(ctx, d.ID, operations.InputsFrom(snap.InputRequests, t.Deadline)); err != nil {
-				log.Error("store input requests", "err", err)
+				log().Error("store input requests", "err", err)
 			}
 		}
 		if snap.Task.Era == mcpclient.EraLegacy {
