@@ -10,8 +10,8 @@ import (
 // maxSweepPages bounds one sweep; members the sweep did not reach are read with tasks/get.
 const maxSweepPages = 10_000
 
-// sweep observes the members of a group whose next poll has come with one paged tasks/list
-// sweep of their connection (2025-11-25, tasks.list declared): one request per page instead of
+// sweep observes the members of a group whose next poll has come (or comes within half an
+// interval: see align) with one paged tasks/list sweep of their connection (2025-11-25, tasks.list declared): one request per page instead of
 // a tasks/get per task, each listed task observed as a tasks/get answer would be (checked
 // against the state machine, written only on change). A due member the sweep did not list is
 // read with tasks/get at once, and from then on. The next sweep comes one interval (plus
@@ -20,14 +20,19 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	h := &s.hold
 	start := time.Now()
 	item := g.item
-	next := start.Add(g.interval + s.jitter(g.interval))
+	// A quarter of a poll's jitter: one sweep per connection has no herd of polls to spread.
+	next := start.Add(g.interval + s.jitter(g.interval)/4)
 	item.next = next
+	// A member whose next poll comes within half an interval is observed now rather than a
+	// whole interval late: a task joining the group is aligned with its sweeps once, observed
+	// at most half an interval early, as its connection is listed once per interval anyway.
+	align := start.Add(g.interval / 2)
 	h.mu.Lock()
 	due := make(map[string]*entry, len(g.members))
 	var first *entry
 	earliest := time.Time{}
 	for id, m := range g.members {
-		if !m.due.After(start) && !m.reading {
+		if !m.due.After(align) && !m.reading {
 			due[id] = m
 			first = m
 		} else if earliest.IsZero() || m.due.Before(earliest) {
@@ -37,7 +42,7 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	h.mu.Unlock()
 	if len(due) == 0 {
 		if !earliest.IsZero() {
-			item.next = earliest
+			item.next = earliest.Add(-g.interval / 2)
 		}
 		return
 	}
