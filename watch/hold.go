@@ -233,6 +233,7 @@ func (h *hold) place(s *Service, e *entry) {
 			due: e.next, idx: -1, sweep: g}
 		h.groups[key] = g
 		heap.Push(&h.due, g.item)
+		h.wakeFor(e.next)
 	}
 	if e.idx >= 0 {
 		heap.Remove(&h.due, e.idx)

@@ -331,3 +331,17 @@ func plainGauge(reg *prometheus.Registry, name string) float64 {
 	}
 	return 0
 }
+
+// TestALoneTaskIsSweptEveryInterval: a single task, nothing else happening, is observed by a
+// sweep each interval once it joined its connection's sweep group (the group's first sweep
+// wakes the scheduler by itself).
+func TestALoneTaskIsSweptEveryInterval(t *testing.T) {
+	t.Parallel()
+	b, proxy, _ := listSetup(t, 100*time.Millisecond)
+	id := b.Start(t, "refund", "alone", `{"outcome": "hang"}`).Response.OperationID
+	_, passes := b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 20*time.Second, "five sweeps", func() bool { return requests(proxy, "tasks/list", time.Time{})[""] >= 5 })
+	if d := b.Detail(t, id); d.Task.State != operations.StateWorking {
+		t.Fatalf("state %s", d.Task.State)
+	}
+}
