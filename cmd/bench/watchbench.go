@@ -219,7 +219,46 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 		}
 		ids = append(ids, more...)
 	}
-	// The first step's tasks again, read by a replica using tasks/list sweeps, then by one
+	// The same search with the watcher reading the receiver through tasks/list sweeps, as it
+	// does by default on a server that declares tasks.list.
+	if slices.Contains(e.o.WatchModes, string(modeList)) {
+		if err := e.handBack(ctx, "bench_watch1"); err != nil {
+			return err
+		}
+		lw, err := e.startWatcher(ctx, "bench-list-search", modeList)
+		if err != nil {
+			return err
+		}
+		for _, n := range ss {
+			if len(ids) < n {
+				more, err := e.createTasks(ctx, e.watchURL, n-len(ids))
+				if err != nil {
+					lw.Stop()
+					return err
+				}
+				if err := e.ledgerTasks(ctx, "bench_watch1", "rcvw", more, poll); err != nil {
+					lw.Stop()
+					return err
+				}
+				ids = append(ids, more...)
+			}
+			e.dropOthers(ctx, "bench_watch1", ids[:n])
+			time.Sleep(3*poll + poll/2) // read once each, then aligned with the sweeps
+			m, err := e.window(e.watchURL, ids[:n], poll, e.o.WatchFor, true)
+			if err != nil {
+				lw.Stop()
+				return err
+			}
+			wf.ListSteps = append(wf.ListSteps, m.step(n))
+			fmt.Fprintf(e.o.Log, "bench: watch %d tasks at %v, tasks/list sweeps: lateness p99 %.0f ms, amplification %.3f\n", n, poll, m.LatenessP99Ms, m.Amplification)
+			if m.LatenessP99Ms > 250 {
+				break
+			}
+			wf.ListMaxTasks1s = ptr(n)
+		}
+		lw.Stop()
+	}
+	// The measured count's tasks again, read by a replica using tasks/list sweeps, then by one
 	// driven by status notifications.
 	first := ids[:e.o.WatchTasks]
 	for _, mode := range []watchMode{modeList, modeNotify} {
