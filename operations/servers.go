@@ -211,6 +211,16 @@ func (s *Servers) TaskConn(ctx context.Context, server string, t *Task) (mcpclie
 	return c, nil
 }
 
+// Open returns the connection able to observe a stored task if one is open already (it never
+// dials): a watcher taking tasks in uses it to tell, before any read, whether their server
+// lists them.
+func (s *Servers) Open(server string, t *Task) (mcpclient.Conn, bool) {
+	if t.Era == string(mcpclient.EraLegacy) && t.sessionID != "" {
+		return s.lookup(server + "\x00" + t.sessionID)
+	}
+	return s.lookup(server)
+}
+
 // lookup returns the open connection under key.
 func (s *Servers) lookup(key string) (mcpclient.Conn, bool) {
 	s.mu.Lock()

@@ -59,6 +59,9 @@ type group struct {
 	interval time.Duration
 	members  map[string]*entry // by task id
 	item     *entry            // the group's heap item
+	// cursors are the cursors the last sweep read its pages with ("" for the first page): the
+	// next sweep starts its segments from them.
+	cursors []string
 }
 
 // dueHeap orders entries by due time.
@@ -118,14 +121,24 @@ func (h *hold) poke() {
 	}
 }
 
-// add takes newly acquired tasks into the hold, each due at its stored next poll.
-func (h *hold) add(got []operations.Acquired) {
+// add takes newly acquired tasks into the hold, each due at its stored next poll: in the
+// sweep group of its connection when that connection is open and lists its tasks (the first
+// sweep reads it), else on its own.
+func (h *hold) add(s *Service, got []operations.Acquired) {
 	if len(got) == 0 {
 		return
 	}
 	now := time.Now()
+	keys := make([]string, len(got))
+	if !s.cfg.NoListSweep {
+		for i, a := range got {
+			if conn, ok := s.cfg.Servers.Open(a.Task.Server, a.Task); ok && mcpclient.CanList(conn) {
+				keys[i] = a.Task.Server + "\x00" + conn.Info().SessionID
+			}
+		}
+	}
 	h.mu.Lock()
-	for _, a := range got {
+	for i, a := range got {
 		if e := h.tasks[a.ID]; e != nil {
 			// Handed back and taken again (a poke made it due in the database): keep the copy.
 			if !e.reading && a.NextPollAt.Before(e.due) {
@@ -133,10 +146,15 @@ func (h *hold) add(got []operations.Acquired) {
 			}
 			continue
 		}
-		e := &entry{d: a.Due, due: a.NextPollAt, since: now, idx: -1}
+		e := &entry{d: a.Due, due: a.NextPollAt, since: now, idx: -1, listKey: keys[i]}
 		h.tasks[a.ID] = e
 		h.byTask[taskKey(a.Task)] = e
-		heap.Push(&h.due, e)
+		if e.listKey != "" {
+			e.next = e.due
+			h.place(s, e)
+		} else {
+			heap.Push(&h.due, e)
+		}
 	}
 	h.mu.Unlock()
 	h.poke()
@@ -412,13 +430,15 @@ func (h *hold) readServer(ctx context.Context, s *Service, e *entry) {
 		if ctx.Err() == nil && !e.drop {
 			// Each read has its own context: neither the loop moving on nor another read's
 			// failure cuts it short.
-			rctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
 			if e.sweep != nil {
-				s.sweep(rctx, e.sweep)
+				// A sweep of many pages may take longer than one read: each page has the
+				// status budget, the sweep as a whole no bound but the service's life.
+				s.sweep(ctx, e.sweep)
 			} else {
+				rctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
 				s.watchOne(rctx, e)
+				cancel()
 			}
-			cancel()
 		}
 		next, ok := h.endRead(s, e)
 		h.reads.Done()

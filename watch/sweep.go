@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/taskgate/taskgate/mcpclient"
@@ -11,7 +12,8 @@ import (
 const maxSweepPages = 10_000
 
 // sweep observes the members of a group whose next poll has come (or comes within half an
-// interval: see align) with one paged tasks/list sweep of their connection (2025-11-25, tasks.list declared): one request per page instead of
+// interval: see align) with one paged tasks/list sweep of their connection, read in segments
+// at once from the cursors of the last sweep (2025-11-25, tasks.list declared): one request per page instead of
 // a tasks/get per task, each listed task observed as a tasks/get answer would be (checked
 // against the state machine, written only on change). A due member the sweep did not list is
 // read with tasks/get at once, and from then on. The next sweep comes one interval (plus
@@ -62,50 +64,118 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 		return
 	}
 	wf := s.workflow(first.d.Workflow)
-	cursor := ""
-	for range maxSweepPages {
-		page, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.ListedPage, error) {
-			return mcpclient.ListObserve(ctx, conn, cursor)
-		})
-		var seen []*entry
-		var snaps []mcpclient.Snapshot
-		for _, sn := range page.Snapshots {
-			if m := due[sn.Task.ID]; m != nil {
-				delete(due, sn.Task.ID)
-				seen = append(seen, m)
-				snaps = append(snaps, sn)
+	// The pages are read in segments at once, each from a cursor the last sweep was given for
+	// its first page: a long list takes a fraction of a single chain's time. A cursor the server
+	// no longer takes ends its segment; members no segment showed are read with tasks/get.
+	starts := segmentStarts(g.cursors, s.sweepSegments())
+	var mu sync.Mutex // due, cursors, failed
+	cursors := make([]string, 0, len(g.cursors)+1)
+	var failed error
+	var retryAt time.Time
+	segment := func(from, pages int, cursor string) {
+		for p := 0; p < maxSweepPages && (pages < 0 || p < pages); p++ {
+			page, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.ListedPage, error) {
+				return mcpclient.ListObserve(ctx, conn, cursor)
+			})
+			var seen []*entry
+			var snaps []mcpclient.Snapshot
+			mu.Lock()
+			for len(cursors) <= from+p {
+				cursors = append(cursors, "")
 			}
-		}
-		s.counted(g.server, pollResult(err), seen...)
-		if err != nil {
-			if until, ok := mcpclient.RetryAt(err); ok {
-				item.next = until
-				fallback(until)
+			cursors[from+p] = cursor
+			for _, sn := range page.Snapshots {
+				if m := due[sn.Task.ID]; m != nil {
+					delete(due, sn.Task.ID)
+					seen = append(seen, m)
+					snaps = append(snaps, sn)
+				}
+			}
+			left := len(due)
+			if err != nil {
+				if until, ok := mcpclient.RetryAt(err); ok && until.After(retryAt) {
+					retryAt = until
+				}
+				failed = err
+			}
+			mu.Unlock()
+			s.counted(g.server, pollResult(err), seen...)
+			if err != nil {
 				return
 			}
-			s.log.Info("tasks/list sweep failed; its tasks are read with tasks/get", "server", g.server, "err", err)
-			fallback(time.Now())
+			pctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+			for i, m := range seen {
+				s.observeListed(pctx, g, m, conn, snaps[i], next)
+			}
+			cancel()
+			if page.NextCursor == "" || left == 0 {
+				return
+			}
+			cursor = page.NextCursor
+		}
+	}
+	var wg sync.WaitGroup
+	for k, st := range starts {
+		pages := -1 // the last segment reads to the end
+		if k+1 < len(starts) {
+			pages = starts[k+1].page - st.page
+		}
+		wg.Go(func() { segment(st.page, pages, st.cursor) })
+	}
+	wg.Wait()
+
+	g.cursors = cursors
+	if failed != nil {
+		g.cursors = nil // the next sweep reads one chain from the first page
+		if !retryAt.IsZero() {
+			item.next = retryAt
+			fallback(retryAt)
 			return
 		}
-		for i, m := range seen {
-			s.observeListed(ctx, g, m, conn, snaps[i], next)
-		}
-		if page.NextCursor == "" || len(due) == 0 {
-			break
-		}
-		cursor = page.NextCursor
+		s.log.Info("tasks/list sweep failed; its tasks are read with tasks/get", "server", g.server, "err", failed)
+		fallback(time.Now())
+		return
 	}
-	// Due members the list did not show (another session's, or the sweep's page bound).
+	// Due members the list did not show (another session's, or the sweep's page bound): read
+	// with tasks/get, and from then on when a single chain of pages did not show them.
 	h.mu.Lock()
 	for _, m := range due {
 		if m.group == g && !m.reading {
-			m.unlisted = true
+			m.unlisted = len(starts) == 1
 			h.schedule(m, time.Now())
 		}
 	}
 	h.mu.Unlock()
 	h.poke()
 }
+
+// segmentStart is where a segment of a sweep begins: a page number and the cursor that page was
+// read with in the last sweep ("" for the first).
+type segmentStart struct {
+	page   int
+	cursor string
+}
+
+// segmentStarts splits the last sweep's pages (cursors[i] read page i) into at most n segments
+// of about equal length; without a last sweep, one segment from the first page.
+func segmentStarts(cursors []string, n int) []segmentStart {
+	out := []segmentStart{{}}
+	if len(cursors) < 2 || n < 2 {
+		return out
+	}
+	n = min(n, len(cursors))
+	for k := 1; k < n; k++ {
+		p := k * len(cursors) / n
+		if cursors[p] != "" && p > out[len(out)-1].page { // a page the last sweep did not reach
+			out = append(out, segmentStart{page: p, cursor: cursors[p]})
+		}
+	}
+	return out
+}
+
+// sweepSegments is how many segments of a sweep are read at once: as many as the server's read
+// slots (the sweep holds one slot and its segments are its own reads).
+func (s *Service) sweepSegments() int { return max(1, s.cfg.ServerParallel) }
 
 // observeListed applies a listed status to member m as a tasks/get answer would be applied;
 // m stays in the group, due at the next sweep, unless the observation moved it.

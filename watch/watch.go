@@ -404,7 +404,7 @@ func (s *Service) runOnce(loop context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.hold.add(got)
+	s.hold.add(s, got)
 	if s.cfg.Operations != nil {
 		if _, err := s.cfg.Operations.FollowDueJobs(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease); err != nil {
 			return len(got), err
