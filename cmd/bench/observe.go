@@ -28,6 +28,10 @@ type recorder struct {
 	tracked  map[string]bool
 	late     []time.Duration
 	obs      int64
+	// gaps sums the time between consecutive observations of a task seen in the window, over
+	// gapN of them.
+	gaps time.Duration
+	gapN int64
 }
 
 func newRecorder() *recorder { return &recorder{last: map[string]time.Time{}} }
@@ -45,8 +49,8 @@ type windowFigures struct {
 	Seconds       float64 `json:"seconds"`
 	LatenessP50Ms float64 `json:"lateness_p50_ms"`
 	LatenessP99Ms float64 `json:"lateness_p99_ms"`
-	// Amplification is observations made ÷ observations the interval implied, over every
-	// task of the window (in flight).
+	// Amplification is the interval ÷ the mean time between consecutive observations of a task,
+	// over every task of the window (in flight).
 	Amplification float64 `json:"amplification"`
 }
 
@@ -56,6 +60,10 @@ func (rc *recorder) observe(ids []string, at time.Time) {
 	for _, id := range ids {
 		if rc.on && rc.tracked[id] {
 			prev, ok := rc.last[id]
+			if ok {
+				rc.gaps += at.Sub(prev)
+				rc.gapN++
+			}
 			if !ok || prev.Before(rc.start.Add(-rc.interval)) {
 				prev = rc.start.Add(-rc.interval) // due at the window's start at the latest
 			}
@@ -74,7 +82,7 @@ func (rc *recorder) open(w windowStart) {
 	for _, id := range w.IDs {
 		rc.tracked[id] = true
 	}
-	rc.late, rc.obs = nil, 0
+	rc.late, rc.obs, rc.gaps, rc.gapN = nil, 0, 0, 0
 }
 
 func (rc *recorder) close() windowFigures {
@@ -94,10 +102,13 @@ func (rc *recorder) close() windowFigures {
 	el := now.Sub(rc.start)
 	f := windowFigures{Tasks: len(rc.tracked), Observations: rc.obs, Seconds: round2(el.Seconds()),
 		LatenessP50Ms: quantileMs(late, 0.5), LatenessP99Ms: quantileMs(late, 0.99)}
-	// Samples of tasks on time: every observation is one; a window of tasks all on time has
-	// few samples, so the quantiles above are over observations and open gaps alike.
-	if due := float64(len(rc.tracked)) * el.Seconds() / rc.interval.Seconds(); due > 0 {
-		f.Amplification = math.Round(float64(rc.obs)/due*1000) / 1000
+	// Amplification is the interval over the mean time between consecutive observations of a
+	// task: 1 when each is observed once per interval, above when more often. (Observations ÷
+	// tasks × seconds ÷ interval depends on where a window of a few intervals falls; tasks not
+	// observed again show in the lateness.)
+	if rc.gapN > 0 {
+		mean := rc.gaps / time.Duration(rc.gapN)
+		f.Amplification = math.Round(rc.interval.Seconds()/mean.Seconds()*1000) / 1000
 	}
 	rc.on, rc.late = false, nil
 	return f

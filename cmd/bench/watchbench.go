@@ -38,13 +38,23 @@ const (
 
 // createTasks creates n long tasks on the receiver at base and returns their ids.
 func (e *env) createTasks(ctx context.Context, base string, n int) ([]string, error) {
+	ts, err := e.createTaskRows(ctx, base, n)
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID
+	}
+	return ids, err
+}
+
+// createTaskRows creates n long tasks on the receiver at base and returns them as created.
+func (e *env) createTaskRows(ctx context.Context, base string, n int) ([]mcpclient.Task, error) {
 	conn, err := mcpclient.Dial(ctx, mcpclient.Options{URL: base + "/mcp", Era: mcpclient.EraChoiceLegacy, Token: benchToken,
 		KeepSessionOnClose: true, Logger: e.o.Logger})
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = conn.Close() }()
-	ids := make([]string, n)
+	ids := make([]mcpclient.Task, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -56,7 +66,7 @@ func (e *env) createTasks(ctx context.Context, base string, n int) ([]string, er
 					errs <- fmt.Errorf("create task %d: %w", i, err)
 					return
 				}
-				ids[i] = t.ID
+				ids[i] = t
 			}
 		})
 	}
@@ -68,26 +78,42 @@ func (e *env) createTasks(ctx context.Context, base string, n int) ([]string, er
 	return ids, nil
 }
 
-// ledgerTasks writes the ledger rows of watched tasks of workflow on server for ids.
-func (e *env) ledgerTasks(ctx context.Context, workflow, server string, ids []string, poll time.Duration) error {
-	for len(ids) > 0 {
-		part := ids[:min(len(ids), 10_000)]
-		ids = ids[len(part):]
+// ledgerTasks writes the ledger rows of watched tasks of workflow on server, as the start path
+// leaves them: the status, message and lastUpdatedAt the CreateTaskResult gave.
+func (e *env) ledgerTasks(ctx context.Context, workflow, server string, ts []mcpclient.Task, poll time.Duration) error {
+	for len(ts) > 0 {
+		part := ts[:min(len(ts), 10_000)]
+		ts = ts[len(part):]
+		ids, msgs := make([]string, len(part)), make([]string, len(part))
+		created, updated := make([]time.Time, len(part)), make([]time.Time, len(part))
+		for i, t := range part {
+			ids[i], msgs[i], created[i], updated[i] = t.ID, t.StatusMessage, t.CreatedAt, t.LastUpdatedAt
+		}
 		if _, err := e.pool.Exec(ctx, `
-			WITH i AS MATERIALIZED (SELECT unnest($1::text[]) AS task_id, gen_random_uuid() AS id),
+			WITH i AS MATERIALIZED (SELECT u.task_id, u.msg, u.created, u.updated, gen_random_uuid() AS id
+				FROM unnest($1::text[], $5::text[], $6::timestamptz[], $7::timestamptz[]) AS u(task_id, msg, created, updated)),
 			o AS (INSERT INTO operations (id, tenant, workflow, idempotency_key, request_sha256, actor, object_ref, route, reason_code, reason,
 			                            domain_outcome, created_at, updated_at)
 				SELECT id, 'acme', $2, 'watch-' || task_id, '', 'app:bench', 'bench', 'task', 'task_capable', 'bench', 'pending', now(), now()
 				FROM i RETURNING id)
 			INSERT INTO tasks (operation_id, server, tool, era, task_id, state, status_message, poll_interval_ms, next_poll_at, deadline,
-			                   server_created_at, ttl_ms, created_at, updated_at)
-			SELECT i.id, $3, 'work_optional', '2025-11-25', i.task_id, 'working', 'Working', $4, now(), now() + interval '4 hours',
-			       now(), 14400000, now(), now()
-			FROM i JOIN o ON o.id = i.id`, part, workflow, server, poll.Milliseconds()); err != nil {
+			                   server_created_at, server_updated_at, ttl_ms, created_at, updated_at)
+			SELECT i.id, $3, 'work_optional', '2025-11-25', i.task_id, 'working', i.msg, $4, now(), now() + interval '4 hours',
+			       i.created, i.updated, 14400000, now(), now()
+			FROM i JOIN o ON o.id = i.id`, ids, workflow, server, poll.Milliseconds(), msgs, created, updated); err != nil {
 			return fmt.Errorf("ledger rows of watched tasks: %w", err)
 		}
 	}
 	return nil
+}
+
+// taskIDs are the ids of ts.
+func taskIDs(ts []mcpclient.Task) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.ID
+	}
+	return out
 }
 
 // startWatcher starts one durable watcher replica reading its servers in mode.
@@ -174,14 +200,14 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 	var ids []string
 	ss := steps(e.o.WatchTasks, e.o.WatchMax)
 	for i, n := range ss {
-		more, err := e.createTasks(ctx, e.watchURL, n-len(ids))
+		more, err := e.createTaskRows(ctx, e.watchURL, n-len(ids))
 		if err != nil {
 			return err
 		}
 		if err := e.ledgerTasks(ctx, "bench_watch1", "rcvw", more, poll); err != nil {
 			return err
 		}
-		ids = append(ids, more...)
+		ids = append(ids, taskIDs(more)...)
 		time.Sleep(3 * poll) // every new task taken into the hold and polled once
 		m, err := e.window(e.watchURL, ids, poll, e.o.WatchFor, true)
 		if err != nil {
@@ -210,14 +236,14 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 	}
 	w.Stop()
 	if len(ids) < e.o.WatchTasks {
-		more, err := e.createTasks(ctx, e.watchURL, e.o.WatchTasks-len(ids))
+		more, err := e.createTaskRows(ctx, e.watchURL, e.o.WatchTasks-len(ids))
 		if err != nil {
 			return err
 		}
 		if err := e.ledgerTasks(ctx, "bench_watch1", "rcvw", more, poll); err != nil {
 			return err
 		}
-		ids = append(ids, more...)
+		ids = append(ids, taskIDs(more)...)
 	}
 	// The same search with the watcher reading the receiver through tasks/list sweeps, as it
 	// does by default on a server that declares tasks.list.
@@ -231,7 +257,7 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 		}
 		for _, n := range ss {
 			if len(ids) < n {
-				more, err := e.createTasks(ctx, e.watchURL, n-len(ids))
+				more, err := e.createTaskRows(ctx, e.watchURL, n-len(ids))
 				if err != nil {
 					lw.Stop()
 					return err
@@ -240,7 +266,7 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 					lw.Stop()
 					return err
 				}
-				ids = append(ids, more...)
+				ids = append(ids, taskIDs(more)...)
 			}
 			e.dropOthers(ctx, "bench_watch1", ids[:n])
 			time.Sleep(3*poll + poll/2) // read once each, then aligned with the sweeps
@@ -430,13 +456,14 @@ func (e *env) longPhase(ctx context.Context, res *Results) error {
 		return err
 	}
 	defer w.Stop()
-	ids, err := e.createTasks(ctx, e.watch30URL, e.o.LongTasks)
+	rows, err := e.createTaskRows(ctx, e.watch30URL, e.o.LongTasks)
 	if err != nil {
 		return err
 	}
-	if err := e.ledgerTasks(ctx, "bench_watch30", "rcvw30", ids, poll); err != nil {
+	if err := e.ledgerTasks(ctx, "bench_watch30", "rcvw30", rows, poll); err != nil {
 		return err
 	}
+	ids := taskIDs(rows)
 	// Every task taken into the hold and polled once (all were due at once).
 	deadline := time.Now().Add(poll)
 	for time.Now().Before(deadline) {
