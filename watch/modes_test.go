@@ -339,3 +339,50 @@ func TestALoneTaskIsSweptEveryInterval(t *testing.T) {
 		t.Fatalf("state %s", d.Task.State)
 	}
 }
+
+// TestASweepInSegmentsObservesEveryTaskOnce: a sweep read in segments at once, each from the
+// cursor the last sweep read its first page with, still observes every task without a
+// tasks/get and lists each page once per interval.
+func TestASweepInSegmentsObservesEveryTaskOnce(t *testing.T) {
+	t.Parallel()
+	watch.SweepSegmentPages(1) // one segment per page: 3 at once for 45 tasks
+	const n = 45
+	const interval = 100 * time.Millisecond
+	b, proxy, _ := listSetup(t, interval)
+	var taskIDs []string
+	for i := range n {
+		id := b.Start(t, "refund", fmt.Sprintf("seg-%d", i), `{"outcome": "hang"}`).Response.OperationID
+		taskIDs = append(taskIDs, b.Detail(t, id).Task.TaskID)
+	}
+	_, passes := b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 20*time.Second, "sweeps", func() bool { return requests(proxy, "tasks/list", time.Time{})[""] >= 6 })
+	began := time.Now()
+	opstest.WaitFor(t, passes, 20*time.Second, "ten more sweeps", func() bool { return requests(proxy, "tasks/list", began)[""] >= 30 })
+	span := time.Since(began)
+	// Segments read at once: a tasks/list request is sent while another is still unanswered.
+	open, overlapped := map[string]bool{}, false
+	for _, m := range proxy.Messages() {
+		if m.Method != "tasks/list" || !m.At.After(began) {
+			continue
+		}
+		switch m.Dir {
+		case "request":
+			overlapped = overlapped || len(open) > 0
+			open[m.ID] = true
+		case "response":
+			delete(open, m.ID)
+		}
+	}
+	if !overlapped {
+		t.Fatal("no two tasks/list requests were out at once: the sweeps were not read in segments")
+	}
+	if lists := requests(proxy, "tasks/list", began)[""]; lists > 3*(int(span/interval)+1) {
+		t.Fatalf("%d tasks/list requests in %v: pages read more than once per interval", lists, span)
+	}
+	gets := requests(proxy, "tasks/get", began)
+	for _, tid := range taskIDs {
+		if gets[tid] > 0 {
+			t.Fatalf("task %s read with tasks/get while the segmented sweeps listed it", tid)
+		}
+	}
+}

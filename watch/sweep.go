@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/taskgate/taskgate/mcpclient"
@@ -67,7 +68,7 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	// The pages are read in segments at once, each from a cursor the last sweep was given for
 	// its first page: a long list takes a fraction of a single chain's time. A cursor the server
 	// no longer takes ends its segment; members no segment showed are read with tasks/get.
-	starts := segmentStarts(g.cursors, s.sweepSegments())
+	starts := segmentStarts(g.cursors, s.sweepSegments(len(g.cursors)))
 	var mu sync.Mutex // due, cursors, failed
 	cursors := make([]string, 0, len(g.cursors)+1)
 	var failed error
@@ -173,9 +174,19 @@ func segmentStarts(cursors []string, n int) []segmentStart {
 	return out
 }
 
-// sweepSegments is how many segments of a sweep are read at once: as many as the server's read
-// slots (the sweep holds one slot and its segments are its own reads).
-func (s *Service) sweepSegments() int { return max(1, s.cfg.ServerParallel) }
+// segmentPages is about how many pages one segment of a sweep reads (100): a short list is read
+// as one chain, a long one in as many segments as the server's read slots allow. Tests lower it.
+var segmentPages atomic.Int64
+
+func init() { segmentPages.Store(100) }
+
+// sweepSegments is how many segments a sweep of pages pages is read in at once: one per
+// segmentPages, at most the server's read slots (the sweep holds one slot and its segments are
+// its own reads).
+func (s *Service) sweepSegments(pages int) int {
+	per := int(segmentPages.Load())
+	return max(1, min(s.cfg.ServerParallel, (pages+per-1)/per))
+}
 
 // observeListed applies a listed status to member m as a tasks/get answer would be applied;
 // m stays in the group, due at the next sweep, unless the observation moved it.
