@@ -144,14 +144,14 @@ func (s *Store) FlushProgress(ctx context.Context, replica string, ps []Progress
 		part := ps[:min(chunk, len(ps))]
 		ps = ps[len(part):]
 		ids := make([]string, len(part))
-		polls := make([]int32, len(part))
+		polls := make([]int64, len(part))
 		next := make([]time.Time, len(part))
 		for i, p := range part {
-			ids[i], polls[i], next[i] = p.ID, int32(p.Polls), p.NextPollAt
+			ids[i], polls[i], next[i] = p.ID, int64(p.Polls), p.NextPollAt
 		}
-		if _, err := s.pool.Exec(ctx, `UPDATE tasks t SET polls = t.polls + u.n,
+		if _, err := s.pool.Exec(ctx, `UPDATE tasks t SET polls = (t.polls + u.n)::int,
 				next_poll_at = CASE WHEN t.lease_owner = $4 AND `+watchable+` AND t.next_poll_at IS NOT NULL THEN u.next ELSE t.next_poll_at END
-			FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS u(id, n, next) WHERE t.operation_id = u.id`,
+			FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS u(id, n, next) WHERE t.operation_id = u.id`,
 			ids, polls, next, replica); err != nil {
 			return fmt.Errorf("persist watch progress: %w", err)
 		}
