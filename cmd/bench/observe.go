@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math"
@@ -205,7 +206,11 @@ func (c *captureWriter) Flush() {
 // openWindowAt asks the receiver child at base to measure the given tasks at interval.
 func (e *env) openWindowAt(base string, ids []string, interval time.Duration) error {
 	b, _ := json.Marshal(windowStart{IntervalMs: interval.Milliseconds(), IDs: ids})
-	resp, err := http.Post(base+"/bench/window/open", "application/json", bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/bench/window/open", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
@@ -219,7 +224,11 @@ func (e *env) openWindowAt(base string, ids []string, interval time.Duration) er
 // closeWindowAt ends the window of the receiver child at base and returns its figures.
 func (e *env) closeWindowAt(base string) (windowFigures, error) {
 	var f windowFigures
-	resp, err := http.Post(base+"/bench/window/close", "application/json", nil)
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/bench/window/close", nil)
+	if err != nil {
+		return f, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return f, err
 	}

@@ -37,13 +37,6 @@ func (e *env) killSwitchPhase(ctx context.Context, res *Results) error {
 	return nil
 }
 
-func cmp(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
 // selfCPU is this process's user and system CPU time.
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
