@@ -161,14 +161,62 @@ func appendData(data *chunkBuf, line []byte, maxLine int) error {
 	return nil
 }
 
-// chunkBuf collects bytes in 64 KiB blocks: growing it never copies what it holds, so reading
-// up to a limit costs the limit and one block, and only a message that fits is made contiguous.
+// plainJSONString reports whether s is written as itself between quotes in JSON: printable
+// ASCII other than the quote, the backslash and the characters json.Marshal escapes for HTML.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// chunkBuf collects bytes in blocks of 1 KiB, then twice the last, up to 64 KiB: growing it
+// never copies what it holds, so reading up to a limit costs the limit and one block, a small
+// answer (a tasks/get status) costs about its own size, and only a message that fits is made
+// contiguous.
 type chunkBuf struct {
 	parts [][]byte
 	n     int
 }
 
-const chunkSize = 64 << 10
+const (
+	chunkSize  = 64 << 10
+	firstChunk = 1 << 10
+)
+
+// nextBlock appends an empty block, twice as large as the last one (at most chunkSize).
+func (c *chunkBuf) nextBlock() {
+	size := firstChunk
+	if k := len(c.parts); k > 0 {
+		size = min(2*cap(c.parts[k-1]), chunkSize)
+	}
+	c.parts = append(c.parts, make([]byte, 0, size))
+}
+
+// ReadFrom reads r to its end straight into the blocks (io.ReaderFrom: io.Copy needs no
+// buffer of its own).
+func (c *chunkBuf) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	for {
+		if len(c.parts) == 0 || len(c.parts[len(c.parts)-1]) == cap(c.parts[len(c.parts)-1]) {
+			c.nextBlock()
+		}
+		last := &c.parts[len(c.parts)-1]
+		n, err := r.Read((*last)[len(*last):cap(*last)])
+		*last = (*last)[:len(*last)+n]
+		c.n += n
+		total += int64(n)
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
 
 // Len returns how many bytes it holds.
 func (c *chunkBuf) Len() int { return c.n }
@@ -184,7 +232,7 @@ func (c *chunkBuf) add(p []byte) {
 	w := len(p)
 	for len(p) > 0 {
 		if len(c.parts) == 0 || len(c.parts[len(c.parts)-1]) == cap(c.parts[len(c.parts)-1]) {
-			c.parts = append(c.parts, make([]byte, 0, chunkSize))
+			c.nextBlock()
 		}
 		last := &c.parts[len(c.parts)-1]
 		k := min(len(p), cap(*last)-len(*last))
@@ -398,6 +446,18 @@ func idEquals(raw json.RawMessage, id string) bool {
 
 // encodeRequest builds a JSON-RPC request with a string id.
 func encodeRequest(id, method string, params any) ([]byte, error) {
+	if p, ok := params.(taskParams); ok && plainJSONString(id) && plainJSONString(method) && plainJSONString(p.TaskID) {
+		// tasks/get, the watchers' hot path: the same bytes json.Marshal writes, without its
+		// reflection.
+		b := make([]byte, 0, 64+len(id)+len(method)+len(p.TaskID))
+		b = append(b, `{"jsonrpc":"2.0","id":"`...)
+		b = append(b, id...)
+		b = append(b, `","method":"`...)
+		b = append(b, method...)
+		b = append(b, `","params":{"taskId":"`...)
+		b = append(b, p.TaskID...)
+		return append(b, `"}}`...), nil
+	}
 	return json.Marshal(struct {
 		JSONRPC string `json:"jsonrpc"`
 		ID      string `json:"id"`

@@ -57,6 +57,9 @@ type legacyConn struct {
 	// accepted or refused (HTTP only); Dial waits for it.
 	getSettled chan struct{}
 	settleOnce sync.Once
+	// getOpen is true while the standalone GET stream is open; getNotified once a
+	// notifications/tasks/status arrived on the stream open now (see NotifiesStatus).
+	getOpen, getNotified atomic.Bool
 }
 
 // settleGet marks the first GET stream attempt as answered.
@@ -855,6 +858,9 @@ func (c *legacyConn) listenOnce() (opened, stop bool) {
 	case resp.StatusCode != http.StatusOK:
 		return false, false
 	}
+	c.getNotified.Store(false)
+	c.getOpen.Store(true)
+	defer c.getOpen.Store(false)
 	_ = readSSE(resp.Body, c.opts.Limits.MaxMessage, func(data []byte) bool {
 		m, err := decodeMessage(data, c.opts.Limits)
 		if err != nil {
@@ -862,6 +868,7 @@ func (c *legacyConn) listenOnce() (opened, stop bool) {
 		}
 		switch {
 		case m.isNotification() && m.Method == "notifications/tasks/status":
+			c.getNotified.Store(true)
 			c.deliverStatus(m.Params)
 		case m.isRequest():
 			c.wg.Add(1)

@@ -63,11 +63,6 @@ func (s *Store) Replicas(ctx context.Context) ([]Replica, error) {
 	return out, rows.Err()
 }
 
-// ownerGone is the ClaimDue condition under which another replica's unexpired lease is taken
-// over: its owner has a heartbeat row and stopped beating for longer than it announced.
-const ownerGone = `EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = tasks.lease_owner
-	AND r.beat_at + r.stale_after_ms * interval '1 millisecond' < now())`
-
 // Violation kinds.
 const (
 	// ViolationTransition is a status change the task state machine forbids.
@@ -123,16 +118,6 @@ func (s *Store) RecordViolation(ctx context.Context, opID string, v ViolationRec
 		VALUES ($1,$2,$3,$4,$5,$6,$7)`, opID, boundServerText(v.TaskID, maxViolationText), v.From, boundServerText(v.To, 40), v.Source,
 		v.Kind, boundServerText(v.Detail, maxViolationText)); err != nil {
 		return fmt.Errorf("record violation of %s: %w", opID, err)
-	}
-	return nil
-}
-
-// Unclaim hands claimed tasks back unpolled (the watcher stopped before reading them): the
-// poll the claim counted is taken back and the task falls due again at at.
-func (s *Store) Unclaim(ctx context.Context, opIDs []string, at time.Time) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE tasks SET polls = greatest(polls - 1, 0), next_poll_at = $2
-		WHERE operation_id = ANY($1::uuid[]) AND next_poll_at IS NOT NULL`, opIDs, at); err != nil {
-		return fmt.Errorf("hand back claimed tasks: %w", err)
 	}
 	return nil
 }

@@ -143,12 +143,29 @@ func (s *Servers) options(server string) (mcpclient.Options, error) {
 	}, nil
 }
 
-// Open reports whether the shared connection to a server is open (Conn returns it at once).
-func (s *Servers) Open(server string) bool {
+// Connected reports whether the shared connection to a server is open (Conn returns it at
+// once).
+func (s *Servers) Connected(server string) bool {
+	_, ok := s.lookup(server)
+	return ok
+}
+
+// Open returns the connection able to observe a stored task if one is open already (it never
+// dials): a watcher taking tasks in uses it to tell, before any read, whether their server
+// lists them.
+func (s *Servers) Open(server string, t *Task) (mcpclient.Conn, bool) {
+	if t.Era == string(mcpclient.EraLegacy) && t.sessionID != "" {
+		return s.lookup(server + "\x00" + t.sessionID)
+	}
+	return s.lookup(server)
+}
+
+// lookup returns the open connection under key.
+func (s *Servers) lookup(key string) (mcpclient.Conn, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.conns[server]
-	return ok
+	c, ok := s.conns[key]
+	return c, ok
 }
 
 // Conn returns the shared connection to a server, dialling it on first use.

@@ -216,7 +216,7 @@ func (s *Service) Start(ctx context.Context, scope Scope, req StartRequest) (Sta
 	}
 	// A repeat is found by the insert's key conflict. Only while the server's connection is not
 	// open is the key looked up first, so that a repeat never waits for a dial.
-	if !s.cfg.Servers.Open(wf.Server) {
+	if !s.cfg.Servers.Connected(wf.Server) {
 		if op, err := s.cfg.Store.byKey(ctx, req.Tenant, req.Workflow, req.IdempotencyKey); err == nil {
 			return s.replay(ctx, op, hash)
 		} else if !errors.Is(err, ErrNotFound) {

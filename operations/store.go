@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -951,6 +952,10 @@ type Observation struct {
 	// status read sent on the stored state, except for a notification, which carries no
 	// send time and is stale.
 	Basis TaskState
+	// Polls are status reads made since the task's stored poll count was last written; a
+	// change this observation writes adds them to it (an unchanged observation writes nothing,
+	// and the watcher persists them in its periodic batch instead).
+	Polls int
 }
 
 // ObserveResult says what an observation changed.
@@ -968,6 +973,8 @@ type ObserveResult struct {
 	// Stale is true when the observation contradicted a final state stored after the
 	// observer's reading began: nothing was written.
 	Stale bool
+	// PollsWritten is true when the observation's Polls were added to the stored count.
+	PollsWritten bool
 }
 
 // Observe applies one observed status under a row lock: it writes only on change, records a
@@ -1025,14 +1032,14 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 		if !stateChanged && !msgChanged && !updChanged && !pollChanged {
 			return nil
 		}
-		res.Changed, res.Now = true, obs.State
+		res.Changed, res.Now, res.PollsWritten = true, obs.State, true
 		res.BecameTerminal = stateChanged && obs.State.Final()
 		if _, err := tx.Exec(ctx, `UPDATE tasks SET state = $2, status_message = $3, server_updated_at = coalesce($4, server_updated_at),
 			poll_interval_ms = coalesce($5, poll_interval_ms),
 			result_state = CASE WHEN $6 THEN 'pending' ELSE result_state END,
 			terminal_at = CASE WHEN $6 THEN now() ELSE terminal_at END,
-			failure_kind = NULL, first_failure_at = NULL, updated_at = now() WHERE operation_id = $1`,
-			opID, obs.State, obs.StatusMessage, nullTime(obs.UpdatedAt), nullMillis(obs.PollInterval), res.BecameTerminal); err != nil {
+			failure_kind = NULL, first_failure_at = NULL, polls = polls + $7, updated_at = now() WHERE operation_id = $1`,
+			opID, obs.State, obs.StatusMessage, nullTime(obs.UpdatedAt), nullMillis(obs.PollInterval), res.BecameTerminal, obs.Polls); err != nil {
 			return fmt.Errorf("observe %s: %w", opID, err)
 		}
 		if stateChanged && from == StateInputRequired {
@@ -1129,70 +1136,7 @@ type Due struct {
 	// MaxTTL is unused by the store; the watcher fills it from policy.
 }
 
-// ClaimDue claims up to n due tasks for replica: watchable tasks whose next poll is due (or
-// whose deadline passed) and terminal tasks whose outcome is not fetched, skipping rows other
-// replicas hold under an unexpired lease. Each claim moves the next poll forward by the task's
-// poll interval (at least floor) plus jitter, so no other replica polls it before then.
-// Tasks named in skip (this replica is reading them already) are left alone.
-func (s *Store) ClaimDue(ctx context.Context, replica string, n int, lease, floor, defPoll time.Duration, jitter float64, skip ...string) ([]Due, error) {
-	if skip == nil {
-		skip = []string{}
-	}
-	rows, err := s.pool.Query(ctx, `
-		WITH due AS (
-			SELECT operation_id, next_poll_at AS due_at FROM tasks
-			WHERE (state IN ('working','input_required') OR result_state = 'pending')
-			  AND next_poll_at <= now()
-			  AND (lease_expires_at IS NULL OR lease_expires_at < now() OR lease_owner = $1 OR `+ownerGone+`)
-			  AND operation_id <> ALL($7::uuid[])
-			ORDER BY next_poll_at
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED)
-		UPDATE tasks t SET lease_owner = $1, lease_expires_at = now() + $3 * interval '1 millisecond',
-			polls = t.polls + 1,
-			next_poll_at = now() + (greatest(coalesce(t.poll_interval_ms, $5), $4) * (1 + random() * $6)) * interval '1 millisecond'
-		FROM due WHERE t.operation_id = due.operation_id
-		RETURNING t.operation_id, due.due_at`,
-		replica, n, lease.Milliseconds(), floor.Milliseconds(), defPoll.Milliseconds(), jitter, skip)
-	if err != nil {
-		return nil, fmt.Errorf("claim due tasks: %w", err)
-	}
-	type claimed struct {
-		id  string
-		due time.Time
-	}
-	cl, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
-		var c claimed
-		return c, r.Scan(&c.id, &c.due)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim due tasks: %w", err)
-	}
-	if len(cl) == 0 {
-		return nil, nil
-	}
-	// One read for the whole batch: a query per claimed task would cost a round trip per poll.
-	ids := make([]string, len(cl))
-	dueAt := make(map[string]time.Time, len(cl))
-	for i, c := range cl {
-		ids[i], dueAt[c.id] = c.id, c.due
-	}
-	rows, err = s.pool.Query(ctx, `SELECT `+dueColumns+` FROM operations o JOIN tasks t ON t.operation_id = o.id WHERE o.id = ANY($1::uuid[])`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read claimed tasks: %w", err)
-	}
-	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Operation, error) { return scanDue(r) })
-	if err != nil {
-		return nil, fmt.Errorf("read claimed tasks: %w", err)
-	}
-	out := make([]Due, 0, len(ops))
-	for _, op := range ops {
-		out = append(out, Due{Operation: op, DueAt: dueAt[op.ID]})
-	}
-	return out, nil
-}
-
-// dueColumns are what a watcher needs of a claimed task (scanDue): the operation's identity
+// dueColumns are what a watcher needs of a held task (scanDueWith): the operation's identity
 // and workflow and the task row without the request and job columns, so a poll costs fewer
 // allocations than a full read.
 const dueColumns = `o.id, o.tenant, o.workflow, o.route, o.domain_outcome,
@@ -1200,14 +1144,15 @@ const dueColumns = `o.id, o.tenant, o.workflow, o.route, o.domain_outcome,
 	t.ttl_ms, t.poll_interval_ms, t.deadline, t.polls, coalesce(t.failure_kind, ''), t.result_state,
 	t.session_id, t.capabilities, t.server_name, t.server_version`
 
-func scanDue(row pgx.Row) (Operation, error) {
+func scanDueWith(row pgx.Row, extra ...any) (Operation, error) {
 	var o Operation
 	var t Task
 	var ttl, poll *int64
-	if err := row.Scan(&o.ID, &o.Tenant, &o.Workflow, &o.Route, &o.DomainOutcome,
+	dst := []any{&o.ID, &o.Tenant, &o.Workflow, &o.Route, &o.DomainOutcome,
 		&t.Server, &t.Tool, &t.Era, &t.TaskID, &t.State, &t.StatusMessage, &t.ServerCreatedAt, &t.ServerUpdatedAt,
 		&ttl, &poll, &t.Deadline, &t.Polls, &t.FailureKind, &t.ResultState,
-		&t.sessionID, &t.capabilities, &t.serverName, &t.serverVersion); err != nil {
+		&t.sessionID, &t.capabilities, &t.serverName, &t.serverVersion}
+	if err := row.Scan(append(dst, extra...)...); err != nil {
 		return o, err
 	}
 	if ttl != nil {
@@ -1221,10 +1166,14 @@ func scanDue(row pgx.Row) (Operation, error) {
 	return o, nil
 }
 
-// Reschedule sets the next poll of a task the replica holds (e.g. sooner after a notification
-// or later after a failure).
+// Reschedule sets the next poll of a task (sooner after a cancel, an answer or a notification
+// seen on a replica that does not hold the task) and tells the replica holding it through a
+// notification on WatchPokeChannel, since the holder keeps its tasks' due times in memory.
 func (s *Store) Reschedule(ctx context.Context, opID string, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `UPDATE tasks SET next_poll_at = $2 WHERE operation_id = $1`, opID, at)
+	_, err := s.pool.Exec(ctx, `WITH u AS (UPDATE tasks SET next_poll_at = $2 WHERE operation_id = $1
+			RETURNING operation_id, lease_owner)
+		SELECT pg_notify('`+WatchPokeChannel+`', operation_id::text || ' ' || $3::text) FROM u WHERE lease_owner IS NOT NULL`,
+		opID, at, strconv.FormatInt(at.UnixMilli(), 10))
 	return err
 }
 

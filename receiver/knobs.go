@@ -37,6 +37,7 @@ type Knobs struct {
 	refuseGetStatus int
 	refuseGetAfter  time.Duration
 	inputOnGet      bool
+	silent          bool
 	askOnce         bool
 	sseResponses    bool
 	delayAll        time.Duration
@@ -145,6 +146,22 @@ func (k *Knobs) refuseGet(now time.Time) (refuse bool, httpStatus int, retryAfte
 		return true, k.refuseGetStatus, k.refuseGetAfter
 	}
 	return false, 0, 0
+}
+
+// SilenceStatus stops (on) or resumes status notifications (2025-11-25
+// notifications/tasks/status, extension notifications/tasks): a server that
+// sends them for some changes and not others, as notifications MUST NOT be
+// relied on.
+func (k *Knobs) SilenceStatus(on bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.silent = on
+}
+
+func (k *Knobs) silenced() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.silent
 }
 
 func (k *Knobs) flags() (inputOnGet, sse bool, delay time.Duration) {

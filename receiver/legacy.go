@@ -283,30 +283,22 @@ func (r *Receiver) legacyTasksList(rc *reqCtx, p obj) reply {
 	if !r.authenticated() {
 		return fail(errf(CodeMethodNotFound, "Method not found: tasks/list"))
 	}
-	all := r.tasks.list(rc.ident)
-	start := 0
+	var after uint64
 	if c, present := p["cursor"]; present && c != nil {
 		cs, _ := c.(string)
-		after, ok := r.decodeCursor(cs, rc.ident)
-		if !ok {
+		var ok bool
+		if after, ok = r.decodeCursor(cs, rc.ident); !ok {
 			return fail(errf(CodeInvalidParams, "Invalid params: bad cursor"))
 		}
-		start = len(all)
-		for i, ts := range all {
-			if ts.Seq > after {
-				start = i
-				break
-			}
-		}
 	}
-	end := min(start+listPageSize, len(all))
-	tasks := make([]any, 0, end-start)
-	for _, ts := range all[start:end] {
+	page, more := r.tasks.listPage(rc.ident, after, listPageSize)
+	tasks := make([]any, 0, len(page))
+	for _, ts := range page {
 		tasks = append(tasks, ts.legacyTask())
 	}
 	res := obj{"tasks": tasks}
-	if end < len(all) {
-		res["nextCursor"] = r.encodeCursor(all[end-1].Seq, rc.ident)
+	if more && len(page) > 0 {
+		res["nextCursor"] = r.encodeCursor(page[len(page)-1].Seq, rc.ident)
 	}
 	return ok(res)
 }

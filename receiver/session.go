@@ -274,6 +274,9 @@ type subscription struct {
 // (notifications/tasks). With the input-on-GET knob it also delivers
 // 2025-11-25 input requests there.
 func (r *Receiver) publishStatus(ts taskSnapshot) {
+	if r.knobs.silenced() {
+		return
+	}
 	if ts.Era == eraLegacy {
 		s := r.session(ts.SessionID)
 		if s == nil {

@@ -440,19 +440,32 @@ func (ts taskSnapshot) detailedTask() obj {
 	return o
 }
 
-// list returns the tenant's live 2025-11-25 tasks in creation order (the
-// extension has no tasks/list).
-func (s *taskStore) list(id Identity) []taskSnapshot {
+// listPage returns up to n of the tenant's live 2025-11-25 tasks (the
+// extension has no tasks/list) created after the task of sequence after (0:
+// from the first), in creation order, and whether more follow. It starts at
+// after's place (creation order is sequence order) and reads no further than
+// the page, so a page costs its own size, not the tenant's whole list.
+func (s *taskStore) listPage(id Identity, after uint64, n int) ([]taskSnapshot, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	i := sort.Search(len(s.order), func(i int) bool {
+		t := s.tasks[s.order[i]]
+		return t == nil || t.seq > after
+	})
 	var out []taskSnapshot
-	for _, tid := range s.order {
-		if t := s.lookupLocked(id, eraLegacy, tid); t != nil {
-			out = append(out, s.snapshotLocked(t))
+	for ; i < len(s.order); i++ {
+		t := s.lookupLocked(id, eraLegacy, s.order[i])
+		if t == nil || t.seq <= after {
+			continue
 		}
+		if len(out) == n {
+			return out, true
+		}
+		out = append(out, s.snapshotLocked(t))
 	}
-	return out
+	return out, false
 }
+
 
 // purge deletes expired tasks and stops their work.
 func (s *taskStore) purge() int {

@@ -1,12 +1,19 @@
 // Package watch runs Taskgate's durable Task watchers.
 //
-// Watching is driven by due times in the database, not by a goroutine per task: every pass a
-// replica claims a batch of due tasks (FOR UPDATE SKIP LOCKED, a lease with an expiry), polls
-// each once under the workflow's status budget, and writes only what changed. The claim itself
-// moves the next poll forward by max(pollInterval, floor) plus jitter, so replicas sharing a
-// database never poll a task twice inside one interval, and a dead replica's tasks pass to the
-// others when its leases expire. An absolute deadline (creation + min(granted TTL, the
-// policy's max TTL)) bounds watching; progress never extends it.
+// A replica takes due tasks into its hold in batches (FOR UPDATE SKIP LOCKED): a task is held
+// while the replica beats (its heartbeat renews every hold at once), and passes to another
+// replica when the beats lapse or the replica stops and hands its tasks back. The replica keeps
+// each held task's next poll in memory, in a heap, and polls tasks as they fall due on a pool
+// of pollers with a per-server limit, with no batch barrier: a slow server holds up none of
+// another's tasks. It writes to PostgreSQL only when an answer changes something (status,
+// message, lastUpdatedAt, pollInterval), and, every FlushEvery, persists the poll counts and
+// next polls of the tasks it polled in one statement, so the console shows them (lagging by at
+// most that period) and a replica taking a task over starts from them. A replica that could not
+// beat for longer than its heartbeat timeout allows stops polling until it beats again and has
+// checked which tasks it still holds, so two replicas never poll a task inside one interval. A
+// task taken from a replica that died is polled no sooner than one interval after that
+// replica's beats lapsed. An absolute deadline (creation + min(granted TTL, the policy's max
+// TTL)) bounds watching; progress never extends it.
 //
 // Every observation is checked against the task state machine (violations are recorded and
 // counted; a stored state never moves backwards). input_required becomes a pending input
@@ -27,6 +34,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,43 +56,62 @@ type Config struct {
 	Operations *operations.Service
 	// ReplicaID names this replica in leases (default hostname-random).
 	ReplicaID string
-	// BatchSize is how many due tasks one pass claims (default 64).
+	// BatchSize is how many due tasks one pass takes into the hold at most (default 512); a
+	// pass that took a full batch is followed at once by another.
 	BatchSize int
-	// Parallel is how many polls of a pass run at once (default 16).
+	// Parallel is how many reads run at once (default 64).
 	Parallel int
-	// ServerParallel is how many reads of one server run at once (default 4, at most
+	// ServerParallel is how many reads of one server run at once (default 16, at most
 	// Parallel): a slow server holds no more than this many pollers. A due task of a server
 	// at its limit waits, holding no poller, for one of that server's reads to end.
 	ServerParallel int
-	// PassWait is how long a pass waits for its reads before the next pass (default
-	// PollFloor): a slow read goes on in the background and holds up no other task.
-	PassWait time.Duration
-	// Interval is the pause between passes that found nothing due (default 100ms). A pass
-	// that filled its batch is followed at once by another.
+	// Interval is the pause between passes, each of which takes due tasks into the hold and
+	// follows due jobs (default 100ms). Held tasks are polled as they fall due, not by passes.
 	Interval time.Duration
-	// Lease is how long a claim stays with this replica (default 30s).
+	// Lease bounds how long a task stays held by a replica that has no heartbeat row (default
+	// 30s). While a replica beats, its holds need no renewal.
 	Lease time.Duration
+	// FlushEvery is how often the poll counts and next polls of held tasks are persisted in one
+	// batch (default 2s): the console's poll counts and next polls lag by at most this much.
+	FlushEvery time.Duration
 	// PollFloor is the shortest interval between polls of one task (default 250ms).
 	PollFloor time.Duration
 	// DefaultPoll is the interval when the server suggests none (default 1s).
 	DefaultPoll time.Duration
-	// Jitter is the random fraction added to each interval (default 0.1; negative = none).
+	// Jitter is the random fraction of the interval added to each poll's interval (default
+	// 0.1; negative = none), at most MaxJitter.
 	Jitter float64
+	// MaxJitter bounds the jitter added to one interval (default 100ms). Held tasks are polled
+	// from memory as they fall due, so jitter only spreads tasks created together.
+	MaxJitter time.Duration
 	// UnobservableGrace is how long status reads may keep failing before the task becomes
 	// unobservable or expired (default 30s).
 	UnobservableGrace time.Duration
-	// PassTimeout bounds one pass (default 30s).
+	// PassTimeout bounds one pass and one read (default 30s).
 	PassTimeout time.Duration
 	// Heartbeat is how often the replica records that it is alive (default 1s).
 	Heartbeat time.Duration
 	// HeartbeatTimeout is how long the replica may miss beats before other replicas take
-	// over its leases, however long the leases still run (default 3s; at least 2 beats).
+	// over its tasks (default 3s; at least 2 beats). A replica whose last beat is older than
+	// HeartbeatTimeout less half a beat stops polling until it beats again.
 	HeartbeatTimeout time.Duration
 	// Registerer receives the metrics (default: not registered).
 	Registerer prometheus.Registerer
 	// Logger receives logs; no tokens or elicited values are logged (default: discard).
 	Logger *slog.Logger
-	// AfterPass, when set, is called after every pass with the number of tasks it polled.
+	// NoListSweep turns off tasks/list sweeps: every task is read with tasks/get even where the
+	// server declares tasks.list.
+	NoListSweep bool
+	// NoNotifications turns off the slower safety-net polling of tasks whose connection
+	// delivers status notifications: they are polled at their interval like any other.
+	NoNotifications bool
+	// SafetyNet bounds the interval at which a task is polled while its connection delivers
+	// status notifications (default 30s): such a task is polled every ten intervals, at most
+	// SafetyNet apart and never more often than its interval, so a notification the server
+	// did not send is caught within that time.
+	SafetyNet time.Duration
+	// AfterPass, when set, is called after every pass with the number of status reads made
+	// since the previous pass.
 	AfterPass func(polled int)
 
 	// PollLog, when set, counts every status read of a task (answered or failed) by server
@@ -114,22 +141,24 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.BatchSize <= 0 {
-		c.BatchSize = 64
+		c.BatchSize = 512
 	}
 	if c.Parallel <= 0 {
-		c.Parallel = 16
+		c.Parallel = 64
 	}
 	if c.ServerParallel <= 0 {
-		c.ServerParallel = min(4, c.Parallel)
+		c.ServerParallel = min(16, c.Parallel)
 	}
 	if c.ServerParallel > c.Parallel {
 		return fmt.Errorf("watch: ServerParallel %d above Parallel %d", c.ServerParallel, c.Parallel)
 	}
 	def(&c.Interval, 100*time.Millisecond)
 	def(&c.Lease, 30*time.Second)
+	def(&c.FlushEvery, 2*time.Second)
 	def(&c.PollFloor, 250*time.Millisecond)
-	def(&c.PassWait, c.PollFloor)
 	def(&c.DefaultPoll, time.Second)
+	def(&c.MaxJitter, 100*time.Millisecond)
+	def(&c.SafetyNet, 30*time.Second)
 	def(&c.UnobservableGrace, 30*time.Second)
 	def(&c.PassTimeout, 30*time.Second)
 	def(&c.Heartbeat, time.Second)
@@ -168,15 +197,18 @@ type Service struct {
 	bg      context.Context
 	awaits  map[string]*awaitRun // legacy tasks/result waits running, by operation id
 	awaitWG sync.WaitGroup
-	// work feeds the Parallel pollers, which live as long as the loop: a goroutine per poll
-	// would start on a small stack and grow it again for every poll.
-	work chan func()
 
-	readMu    sync.Mutex
-	reading   map[string]bool         // operations whose read is running
-	perServer map[string]int          // reads running, by server
-	queued    map[string][]queuedRead // claimed tasks waiting for a read of their server
-	reads     sync.WaitGroup
+	hold hold // the tasks this replica holds, their next polls and their reads
+
+	// polled counts status reads since the last AfterPass.
+	polled atomic.Int64
+	// beatAt is when the last beat that succeeded was sent (Unix nanoseconds).
+	beatAt atomic.Int64
+	// lastFlush is when the held tasks' progress was last persisted (the loop's own).
+	lastFlush time.Time
+	// workflows caches the policy's workflows by name (the policy does not change while the
+	// service runs): a read looks its budgets up without a scan.
+	workflows sync.Map
 }
 
 // New validates cfg and returns a stopped Service.
@@ -188,8 +220,8 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "watch", "replica", cfg.ReplicaID), metrics: m, awaits: map[string]*awaitRun{},
-		reading: map[string]bool{}, perServer: map[string]int{}, queued: map[string][]queuedRead{}}
+	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "watch", "replica", cfg.ReplicaID), metrics: m, awaits: map[string]*awaitRun{}}
+	s.hold.init()
 	cfg.Servers.Observe(s.onStatus, s.onInput)
 	if cfg.Operations != nil {
 		cfg.Operations.SetInputHolder(operations.InputHolder{Replica: cfg.ReplicaID, Reopen: s.reopen})
@@ -200,7 +232,7 @@ func New(cfg Config) (*Service, error) {
 // ReplicaID returns the replica's lease name.
 func (s *Service) ReplicaID() string { return s.cfg.ReplicaID }
 
-// Start starts the watch loop. It returns an error if the service is running.
+// Start starts the watcher. It returns an error if the service is running.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -208,29 +240,45 @@ func (s *Service) Start(ctx context.Context) error {
 		return errors.New("watch: already started")
 	}
 	// The first beat comes before the first claim: a replica that never beat holds its
-	// leases until they expire.
+	// leases until they expire. Holds left under this name by an earlier run are handed back
+	// first: this run knows nothing of them.
 	bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
+	sent := time.Now()
 	err := s.store.Beat(bctx, s.cfg.ReplicaID, s.cfg.HeartbeatTimeout)
+	if err == nil {
+		err = s.store.ReleaseFrom(bctx, s.cfg.ReplicaID, s.cfg.PollFloor, s.cfg.DefaultPoll)
+	}
 	bcancel()
 	if err != nil {
 		return fmt.Errorf("watch: %w", err)
 	}
+	s.beatAt.Store(sent.UnixNano())
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel, s.done, s.bg = cancel, make(chan struct{}), ctx
-	s.work = make(chan func())
-	beating := make(chan struct{})
-	go s.beat(ctx, beating)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.beat(ctx) })
+	wg.Go(func() { s.listenPokes(ctx) })
+	wg.Go(func() { s.hold.run(ctx, s) })
+	wg.Go(func() { s.loop(ctx) })
 	go func(done chan struct{}) {
-		s.loop(ctx, make(chan struct{}), s.work)
-		<-beating
+		wg.Wait()
 		close(done)
 	}(s.done)
 	return nil
 }
 
-// beat records the replica's heartbeat every Heartbeat until ctx ends.
-func (s *Service) beat(ctx context.Context, done chan struct{}) {
-	defer close(done)
+// fenceAfter is how long after its last beat this replica stops polling: before the other
+// replicas may take its tasks (HeartbeatTimeout after that beat reached the database).
+func (s *Service) fenceAfter() time.Duration { return s.cfg.HeartbeatTimeout - s.cfg.Heartbeat/2 }
+
+// fenced reports whether this replica's beats lapsed: it must not poll until it beats again.
+func (s *Service) fenced() bool {
+	return time.Since(time.Unix(0, s.beatAt.Load())) > s.fenceAfter()
+}
+
+// beat records the replica's heartbeat every Heartbeat until ctx ends. A beat after a lapse
+// first checks which tasks the replica still holds, dropping those others took meanwhile.
+func (s *Service) beat(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Heartbeat)
 	defer t.Stop()
 	for {
@@ -240,30 +288,70 @@ func (s *Service) beat(ctx context.Context, done chan struct{}) {
 		case <-t.C:
 		}
 		bctx, cancel := context.WithTimeout(ctx, s.cfg.Heartbeat)
-		if err := s.store.Beat(bctx, s.cfg.ReplicaID, s.cfg.HeartbeatTimeout); err != nil && ctx.Err() == nil {
-			s.log.Warn("heartbeat", "err", err)
-		}
+		sent := time.Now()
+		err := s.store.Beat(bctx, s.cfg.ReplicaID, s.cfg.HeartbeatTimeout)
 		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("heartbeat", "err", err)
+			}
+			continue
+		}
+		if s.fenced() {
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+			err := s.recheck(cctx)
+			cancel()
+			if err != nil {
+				s.log.Warn("check held tasks after the heartbeat lapsed", "err", err)
+				continue
+			}
+		}
+		s.beatAt.Store(sent.UnixNano())
 	}
 }
 
-// Stop ends the loop and the running input waits, then releases this replica's leases so
-// other replicas take its tasks at once. It is idempotent.
+// recheck drops the held tasks that other replicas took while this one's beats lapsed.
+func (s *Service) recheck(ctx context.Context) error {
+	ids := s.hold.ids()
+	if len(ids) == 0 {
+		return nil
+	}
+	still, err := s.store.StillHeld(ctx, s.cfg.ReplicaID, ids)
+	if err != nil {
+		return err
+	}
+	lost := 0
+	for _, id := range ids {
+		if !still[id] {
+			s.forget(id)
+			lost++
+		}
+	}
+	s.log.Warn("heartbeat lapsed; polling resumes", "held", len(ids), "taken_by_others", lost)
+	return nil
+}
+
+// Stop ends the loops and the running input waits, persists the held tasks' progress, then
+// hands the tasks back so other replicas take them at once. It is idempotent.
 func (s *Service) Stop() {
 	if !s.halt() {
 		return
 	}
-	ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, c := context.WithTimeout(context.Background(), 10*time.Second)
 	defer c()
+	if err := s.flush(ctx, true); err != nil {
+		s.log.Warn("persist watch progress", "err", err)
+	}
 	if err := s.store.ReleaseLeases(ctx, s.cfg.ReplicaID); err != nil {
 		s.log.Warn("release leases", "err", err)
 	}
 	if err := s.store.Retire(ctx, s.cfg.ReplicaID); err != nil {
 		s.log.Warn("retire replica", "err", err)
 	}
+	s.hold.clear()
 }
 
-// halt ends the loop, the heartbeat and the input waits, leaving leases and the heartbeat
+// halt ends the loops, the heartbeat and the input waits, leaving leases and the heartbeat
 // row as they are. It reports whether the service was running.
 func (s *Service) halt() bool {
 	s.mu.Lock()
@@ -275,37 +363,37 @@ func (s *Service) halt() bool {
 	}
 	cancel()
 	<-done
-	s.reads.Wait()
+	s.hold.reads.Wait()
 	s.awaitWG.Wait()
 	return true
 }
 
-func (s *Service) loop(ctx context.Context, done chan struct{}, work chan func()) {
-	defer close(done)
-	var pollers sync.WaitGroup
-	for range s.cfg.Parallel {
-		pollers.Go(func() {
-			for f := range work {
-				f()
-			}
-		})
-	}
-	defer pollers.Wait()
-	defer close(work)
+// loop runs a pass every Interval (at once after a pass that took a full batch) and persists
+// the held tasks' progress every FlushEvery.
+func (s *Service) loop(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	lastFlush := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		n, err := s.runOnce(ctx, work)
+		n, err := s.runOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.log.Error("watch pass", "err", err)
 		}
+		if time.Since(lastFlush) >= s.cfg.FlushEvery {
+			lastFlush = time.Now()
+			fctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+			if err := s.flush(fctx, false); err != nil && ctx.Err() == nil {
+				s.log.Error("persist watch progress", "err", err)
+			}
+			cancel()
+		}
 		if s.cfg.AfterPass != nil {
-			s.cfg.AfterPass(n)
+			s.cfg.AfterPass(int(s.polled.Swap(0)))
 		}
 		wait := s.cfg.Interval
 		if n >= s.cfg.BatchSize {
@@ -315,139 +403,36 @@ func (s *Service) loop(ctx context.Context, done chan struct{}, work chan func()
 	}
 }
 
-// runOnce claims one batch of due tasks and polls each once; it also follows due jobs. It
-// returns how many tasks it claimed, each of which is read exactly once: a task this replica
-// is reading (or has queued) is not claimed again, and a task of a server at ServerParallel
-// waits in that server's queue, holding no poller, until one of the server's reads ends.
-func (s *Service) runOnce(loop context.Context, work chan<- func()) (int, error) {
+// runOnce takes due tasks into the hold and follows due jobs. It returns how many tasks it took.
+func (s *Service) runOnce(loop context.Context) (int, error) {
+	if s.fenced() {
+		return 0, nil
+	}
 	ctx, cancel := context.WithTimeout(loop, s.cfg.PassTimeout)
 	defer cancel()
-	due, err := s.store.ClaimDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll, s.cfg.Jitter, s.readingIDs()...)
+	got, err := s.store.AcquireDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll)
 	if err != nil {
 		return 0, err
 	}
-	var wg sync.WaitGroup
-	for _, d := range due {
-		wg.Add(1)
-		s.reads.Add(1)
-		r := queuedRead{d: d, done: wg.Done}
-		if !s.startRead(r) {
-			continue // queued behind the server's reads
-		}
-		f := func() { s.readServer(loop, r) }
-		select {
-		case work <- f:
-		default: // every poller is busy (slow servers): the read runs beside them
-			go f()
-		}
-	}
-	reads := make(chan struct{})
-	go func() { wg.Wait(); close(reads) }()
-	pw := time.NewTimer(s.cfg.PassWait)
-	select {
-	case <-reads:
-	case <-pw.C:
-	case <-loop.Done():
-	}
-	pw.Stop()
+	s.hold.add(s, got)
 	if s.cfg.Operations != nil {
 		if _, err := s.cfg.Operations.FollowDueJobs(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease); err != nil {
-			return len(due), err
+			return len(got), err
 		}
 	}
-	return len(due), nil
-}
-
-// queuedRead is a claimed task waiting for, or holding, a read slot of its server.
-type queuedRead struct {
-	d    operations.Due
-	done func() // the pass's count of reads
-}
-
-// readServer reads r, then goes on with the reads queued for the same server, so the slot
-// passes to the next of them without a poller of its own. Once the loop stops, queued tasks
-// are handed back unread.
-func (s *Service) readServer(loop context.Context, r queuedRead) {
-	for {
-		if loop.Err() == nil {
-			// Each read has its own context: a pass that moves on neither cancels it nor
-			// leaves its failure unrecorded.
-			rctx, cancel := context.WithTimeout(loop, s.cfg.PassTimeout)
-			s.watchOne(rctx, r.d)
-			cancel()
-		} else {
-			s.handBack(r.d.ID)
-		}
-		next, ok := s.endRead(r)
-		r.done()
-		s.reads.Done()
-		if !ok {
-			return
-		}
-		r = next
-	}
-}
-
-// handBack returns a claimed task that was never read: the poll its claim counted is taken back.
-func (s *Service) handBack(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.store.Unclaim(ctx, []string{id}, time.Now()); err != nil {
-		s.log.Warn("hand back unread task", "operation", id, "err", err)
-	}
-}
-
-// readingIDs are the operations this replica is reading or has queued for a read.
-func (s *Service) readingIDs() []string {
-	s.readMu.Lock()
-	defer s.readMu.Unlock()
-	ids := make([]string, 0, len(s.reading))
-	for id := range s.reading {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
-// startRead reserves a read of r's server, or queues r behind the server's reads when the
-// server is at ServerParallel (it reports false then).
-func (s *Service) startRead(r queuedRead) bool {
-	s.readMu.Lock()
-	defer s.readMu.Unlock()
-	srv := r.d.Task.Server
-	s.reading[r.d.ID] = true
-	if s.perServer[srv] >= s.cfg.ServerParallel {
-		s.queued[srv] = append(s.queued[srv], r)
-		return false
-	}
-	s.perServer[srv]++
-	s.metrics.inFlight.WithLabelValues(srv).Inc()
-	return true
-}
-
-// endRead ends r's read; the next read queued for the server, if any, takes its slot.
-func (s *Service) endRead(r queuedRead) (queuedRead, bool) {
-	s.readMu.Lock()
-	defer s.readMu.Unlock()
-	delete(s.reading, r.d.ID)
-	srv := r.d.Task.Server
-	if q := s.queued[srv]; len(q) > 0 {
-		next := q[0]
-		q[0] = queuedRead{}
-		if q = q[1:]; len(q) == 0 {
-			delete(s.queued, srv)
-		} else {
-			s.queued[srv] = q
-		}
-		return next, true
-	}
-	if s.perServer[srv]--; s.perServer[srv] <= 0 {
-		delete(s.perServer, srv)
-	}
-	s.metrics.inFlight.WithLabelValues(srv).Dec()
-	return queuedRead{}, false
+	return len(got), nil
 }
 
 func (s *Service) workflow(name string) *config.Workflow {
+	if wf, ok := s.workflows.Load(name); ok {
+		return wf.(*config.Workflow)
+	}
+	wf := s.lookupWorkflow(name)
+	s.workflows.Store(name, wf)
+	return wf
+}
+
+func (s *Service) lookupWorkflow(name string) *config.Workflow {
 	if wf, ok := s.cfg.Policy.Workflow(name); ok {
 		return wf
 	}
@@ -457,12 +442,14 @@ func (s *Service) workflow(name string) *config.Workflow {
 	}}
 }
 
-// watchOne polls one claimed task once, or fetches its outcome, or ends it at its deadline.
-func (s *Service) watchOne(ctx context.Context, d operations.Due) {
+// watchOne reads one held task that fell due: it polls it once, or fetches its outcome, or
+// ends it at its deadline. It says what comes next through e (next poll, or dropped).
+func (s *Service) watchOne(ctx context.Context, e *entry) {
+	d := e.d
 	t := d.Task
-	log := s.log.With("operation", d.ID, "task", t.TaskID)
 	now := time.Now()
-	s.metrics.lateness.Observe(max(0, now.Sub(d.DueAt).Seconds()))
+	s.metrics.lateness.Observe(max(0, now.Sub(e.due).Seconds()))
+	e.next = s.nextPoll(t, now)
 	wf := s.workflow(d.Workflow)
 	if t.ResultState == "pending" {
 		s.fetchOutcome(ctx, d, wf, nil)
@@ -479,8 +466,7 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 	}
 	conn.Seed(t.TaskID, mcpclient.Status(t.State))
 	snap, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.Snapshot, error) { return conn.GetTask(ctx, t.TaskID) })
-	s.metrics.polls.WithLabelValues(pollResult(err)).Inc()
-	s.countPoll(t.Server, d.Tenant, err)
+	s.counted(t.Server, pollResult(err), e)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			s.metrics.budget.WithLabelValues("status", t.Server).Inc()
@@ -491,36 +477,68 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 				From: string(t.State), To: string(changed.Status), Source: operations.SourcePoll,
 				Detail: "a status read of task " + t.TaskID + " was answered for task " + changed.Answered})
 		}
-		if s.backOff(ctx, d, err) {
+		if s.backOff(ctx, e, err) {
 			return
 		}
 		s.failure(ctx, d, conn, err)
 		return
 	}
-	if t.FailureKind != "" {
-		_ = s.store.ClearFailure(ctx, d.ID)
+	if !s.cfg.NoListSweep && mcpclient.CanList(conn) {
+		e.listKey = t.Server + "\x00" + conn.Info().SessionID
 	}
+	e.notify, e.conn = false, nil
+	if !s.cfg.NoNotifications && mcpclient.NotifiesStatus(conn) {
+		e.notify, e.conn = true, conn
+	}
+	e.next = s.nextPollFor(e, time.Now()) // the interval runs from the answer
+	s.observed(ctx, e, conn, wf, snap)
+}
+
+// observed applies one status answer to a held task: nothing is written when nothing changed.
+func (s *Service) observed(ctx context.Context, e *entry, conn mcpclient.Conn, wf *config.Workflow, snap mcpclient.Snapshot) {
+	d := e.d
+	log := func() *slog.Logger { return s.log.With("operation", d.ID, "task", d.Task.TaskID) } // built only to log
+	t := d.Task
+	if t.FailureKind != "" {
+		if err := s.store.ClearFailure(ctx, d.ID); err == nil {
+			t.FailureKind = ""
+		}
+	}
+	before := t.State
 	obs := observation(snap.Task)
-	obs.Basis = t.State // the request was sent on the claimed state
-	res := operations.ObserveResult{From: t.State, Now: t.State}
-	if !t.Unchanged(obs) { // write only on change: an unchanged poll costs no database round trip
+	obs.Basis = before // the request was sent on the held state
+	res := operations.ObserveResult{From: before, Now: before}
+	if !t.Unchanged(obs) { // write only on change: an unchanged answer costs no database round trip
+		obs.Polls = s.hold.unwritten(e)
+		var err error
 		if res, err = s.store.Observe(ctx, d.ID, obs, operations.SourcePoll); err != nil {
-			log.Error("store observation", "err", err)
+			log().Error("store observation", "err", err)
 			return
+		}
+		if res.PollsWritten {
+			s.hold.written(e, obs.Polls)
+		}
+		if res.Changed {
+			learn(t, obs, res.Now)
 		}
 	}
 	if res.Violation {
 		s.metrics.violations.WithLabelValues(operations.ViolationTransition).Inc()
-		log.Warn("task status transition violates the state machine", "from", res.From, "to", snap.Task.Status)
+		log().Warn("task status transition violates the state machine", "from", res.From, "to", snap.Task.Status)
 	}
-	if res.Stale {
-		s.metrics.stale.Inc()
-		return // another connection or replica stored a newer status while this read was out
+	if res.Stale || (!res.Changed && res.Now != before) {
+		// Another connection or replica stored a status this replica had not learnt (the final
+		// one while this read was out, a cancel's answer): start again from the stored row.
+		if res.Stale {
+			s.metrics.stale.Inc()
+		}
+		s.reload(ctx, e)
+		return
 	}
 	if snap.Task.Status == mcpclient.StatusInputRequired && !res.Violation {
 		if len(snap.InputRequests) > 0 {
 			if _, err := s.store.UpsertInputs(ctx, d.ID, operations.InputsFrom(snap.InputRequests, t.Deadline)); err != nil {
-				log.Error("store input requests", "err", err)
+				log().Error("store input requests", "err", err)
 			}
 		}
 		if snap.Task.Era == mcpclient.EraLegacy {
@@ -528,15 +546,88 @@ func (s *Service) watchOne(ctx context.Context, d operations.Due) {
 		}
 	}
 	if res.BecameTerminal {
+		t.ResultState = "pending"
 		s.fetchOutcome(ctx, d, wf, &snap)
 	}
 }
 
-// countPoll gives one status read to the poll log, when there is one.
-func (s *Service) countPoll(server, tenant string, err error) {
-	if s.cfg.PollLog != nil {
-		s.cfg.PollLog.Add(server, tenant, err == nil)
+// learn updates a held task's copy with what an observation stored.
+func learn(t *operations.Task, obs operations.Observation, now operations.TaskState) {
+	t.State, t.StatusMessage = now, obs.StatusMessage
+	if !obs.UpdatedAt.IsZero() {
+		u := obs.UpdatedAt.Truncate(time.Microsecond)
+		t.ServerUpdatedAt = &u
 	}
+	if obs.PollInterval > 0 {
+		t.PollInterval = obs.PollInterval
+	}
+}
+
+// reload reads a held task's row again after another writer changed it.
+func (s *Service) reload(ctx context.Context, e *entry) {
+	ds, err := s.store.LoadDue(ctx, []string{e.d.ID})
+	if err != nil || len(ds) == 0 {
+		return // polled again at the next interval
+	}
+	d := ds[0]
+	if !d.Task.State.Watchable() && d.Task.ResultState != "pending" {
+		e.drop = true
+		return
+	}
+	e.d.Operation = d.Operation
+	e.d.DueAt = d.DueAt
+	if d.Task.ResultState == "pending" {
+		e.next = time.Now()
+	}
+}
+
+// interval is a task's poll interval: the server's suggestion (DefaultPoll when none), at
+// least PollFloor.
+func (s *Service) interval(t *operations.Task) time.Duration {
+	iv := t.PollInterval
+	if iv <= 0 {
+		iv = s.cfg.DefaultPoll
+	}
+	return max(iv, s.cfg.PollFloor)
+}
+
+// pollEvery is how often a held task is polled: its interval, or the safety-net interval while
+// its connection delivers status notifications.
+func (s *Service) pollEvery(e *entry) time.Duration {
+	iv := s.interval(e.d.Task)
+	if e.notify {
+		iv = max(iv, min(10*iv, s.cfg.SafetyNet))
+	}
+	return iv
+}
+
+// nextPollFor is nextPoll at the held task's own rate (pollEvery).
+func (s *Service) nextPollFor(e *entry, from time.Time) time.Time {
+	iv := s.pollEvery(e)
+	next := from.Add(iv + s.jitter(iv))
+	if t := e.d.Task; t.Deadline != nil && next.After(*t.Deadline) {
+		next = *t.Deadline
+		if floor := from.Add(s.cfg.PollFloor); next.Before(floor) {
+			next = floor
+		}
+	}
+	return next
+}
+
+// nextPoll is when a task read at from falls due again: one interval plus jitter later, or at
+// its deadline when that comes first.
+func (s *Service) nextPoll(t *operations.Task, from time.Time) time.Time {
+	iv := s.interval(t)
+	next := from.Add(iv + s.jitter(iv))
+	if t.Deadline != nil && next.After(*t.Deadline) {
+		// Ended at the deadline without another read; a deadline already past is checked again
+		// no sooner than PollFloor (its end could not be written).
+		next = *t.Deadline
+		if floor := from.Add(s.cfg.PollFloor); next.Before(floor) {
+			next = floor
+		}
+	}
+	return next
 }
 
 func pollResult(err error) string {
@@ -647,6 +738,7 @@ func (s *Service) giveUp(ctx context.Context, d operations.Due, state operations
 		s.log.Error("mark task unknown", "operation", d.ID, "err", err)
 		return
 	}
+	s.forget(d.ID)
 	s.log.Warn("task sent to reconciliation", "operation", d.ID, "task", d.Task.TaskID, "state", state, "reason", reason)
 }
 
@@ -658,7 +750,7 @@ func (s *Service) fetchOutcome(ctx context.Context, d operations.Due, wf *config
 	waiting := s.awaits[d.ID] != nil
 	s.mu.Unlock()
 	if waiting {
-		return // the running tasks/result wait records it
+		return // the running tasks/result wait records it (and drops the task from the hold)
 	}
 	var out mcpclient.Outcome
 	var err error
@@ -690,12 +782,14 @@ func (s *Service) fetchOutcome(ctx context.Context, d operations.Due, wf *config
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			s.metrics.budget.WithLabelValues("result", t.Server).Inc()
 		}
-		if ctx.Err() != nil || s.backOff(ctx, d, err) {
-			return // pass ended or the server asked to wait: fetched on a later pass
+		if ctx.Err() != nil || s.backOffID(ctx, d.ID, err) {
+			return // the read ran out or the server asked to wait: fetched at the next poll
 		}
 		if err := s.store.MarkResultFailed(ctx, d.ID, "outcome not retrievable: "+err.Error()); err != nil {
 			s.log.Error("mark result failed", "operation", d.ID, "err", err)
+			return
 		}
+		s.forget(d.ID)
 		return
 	}
 	s.record(ctx, d, wf, out)
@@ -711,6 +805,7 @@ func (s *Service) record(ctx context.Context, d operations.Due, wf *config.Workf
 		s.log.Error("store envelope", "operation", d.ID, "err", err)
 		return
 	}
+	s.forget(d.ID)
 	if t.ServerCreatedAt != nil && t.PollInterval > 0 {
 		implied := float64(time.Since(*t.ServerCreatedAt)) / float64(t.PollInterval)
 		if implied >= 1 {
@@ -785,9 +880,15 @@ func (s *Service) onInput(server string, r mcpclient.InputRequest) {
 	}
 }
 
-// onStatus applies a status notification: a hint, recorded like a poll; a terminal one makes
-// the task due at once so its outcome is fetched.
+// onStatus applies a status notification: a hint, recorded like a poll. A held task's copy
+// learns it, and a terminal or input_required one makes the task due at once (through the
+// database and the holder's poke when another replica holds it) so its outcome or question is
+// fetched.
 func (s *Service) onStatus(server string, snap mcpclient.Snapshot) {
+	if snap.Violation == nil && s.hold.unchanged(server, snap.Task.ID, observation(snap.Task)) {
+		s.metrics.notifications.Inc() // a held task, nothing new: nothing to write
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	op, err := s.store.ByTask(ctx, server, snap.Task.ID)
@@ -813,7 +914,11 @@ func (s *Service) onStatus(server string, snap mcpclient.Snapshot) {
 	if res.Violation {
 		s.metrics.violations.WithLabelValues(operations.ViolationTransition).Inc()
 	}
-	if res.BecameTerminal || snap.Task.Status == mcpclient.StatusInputRequired {
+	soon := res.BecameTerminal || snap.Task.Status == mcpclient.StatusInputRequired
+	if s.hold.notified(op.ID, obs, res, soon) {
+		return
+	}
+	if soon {
 		_ = s.store.Reschedule(ctx, op.ID, time.Now())
 	}
 }

@@ -55,16 +55,29 @@ type Options struct {
 	PageRequests int
 	// Toggles is the number of kill switch engage/release rounds.
 	Toggles int
-	// WatchTasks are watched for WatchFor at a poll interval of WatchPoll.
+	// WatchTasks are the first step of the watch searches at a poll interval of WatchPoll, each
+	// step measured for WatchFor; the searches stop at WatchMax tasks.
 	WatchTasks int
+	WatchMax   int
 	WatchFor   time.Duration
 	WatchPoll  time.Duration
+	// WatchModes are the modes the watch phase measures besides tasks/get ("list", "notify").
+	WatchModes []string
+	// LongTasks are watched at a poll interval of LongPoll for LongFor.
+	LongTasks int
+	LongPoll  time.Duration
+	LongFor   time.Duration
+	// LongMode is how the long run reads the server: "list" (the default: the server offers
+	// tasks/list) or "get".
+	LongMode string
 	// Only names the phases to run (empty: all). Setup always runs; the scale and console
 	// phases seed the ledger first.
 	Only []string
 	// Pages, when set, keeps the console pages whose names it matches.
 	Pages  *regexp.Regexp
 	Logger *slog.Logger
+	// Log receives the progress lines.
+	Log io.Writer
 }
 
 // runs reports whether the phase named is selected.
@@ -84,11 +97,13 @@ func withScale(o Options, quick bool) Options {
 	o.Quick = quick
 	o.Operations, o.OpenTasks, o.OpenItems = 1_000_000, 20_000, 100_000
 	o.Clients, o.Phase, o.PageRequests, o.Toggles = 4, 10*time.Second, 40, 50
-	o.WatchTasks, o.WatchFor, o.WatchPoll = 4000, 20*time.Second, time.Second
+	o.WatchTasks, o.WatchMax, o.WatchFor, o.WatchPoll = 1000, 24_000, 12*time.Second, time.Second
+	o.LongTasks, o.LongPoll, o.LongFor = 100_000, 30*time.Second, 65*time.Second
 	if quick {
 		o.Operations, o.OpenItems = 100_000, 10_000
 		o.Phase, o.PageRequests = 5*time.Second, 20
-		o.WatchTasks, o.WatchFor = 1000, 10*time.Second
+		o.WatchTasks, o.WatchMax, o.WatchFor = 500, 1700, 4*time.Second
+		o.LongTasks, o.LongFor = 10_000, 32*time.Second
 	}
 	return o
 }
@@ -121,6 +136,21 @@ func (o Options) filled() Options {
 	}
 	if o.WatchFor <= 0 {
 		o.WatchFor = d.WatchFor
+	}
+	if o.WatchMax <= 0 {
+		o.WatchMax = max(d.WatchMax, o.WatchTasks)
+	}
+	if o.LongTasks <= 0 {
+		o.LongTasks = d.LongTasks
+	}
+	if o.LongPoll <= 0 {
+		o.LongPoll = d.LongPoll
+	}
+	if o.LongFor <= 0 {
+		o.LongFor = d.LongFor
+	}
+	if o.LongMode == "" {
+		o.LongMode = "list"
 	}
 	if o.WatchPoll <= 0 {
 		o.WatchPoll = d.WatchPoll
@@ -183,21 +213,62 @@ type StartFigures struct {
 	UncachedStatements float64 `json:"uncached_router_statements_per_start"`
 }
 
-// WatchFigures are the durable watcher's.
+// WatchFigures are the durable watcher's, beside mcp-go's WaitForTask on the same receiver.
+// Lateness and observations are counted by the receiver (see recorder).
 type WatchFigures struct {
-	Tasks                 int      `json:"tasks_1s"`
-	MaxTasks1s            *int     `json:"max_tasks_1s"`
-	LatenessP99Ms         float64  `json:"lateness_p99_ms"`
-	Polls                 int64    `json:"polls"`
-	Amplification         float64  `json:"amplification"`
-	CPUMsPerObservation   float64  `json:"cpu_ms_per_observation"`
-	ConsoleCPUMsPerPoll   float64  `json:"console_cpu_ms_per_poll"`
-	PostgresCPUMsPerPoll  *float64 `json:"postgres_cpu_ms_per_poll"`
-	BytesPerTask          float64  `json:"bytes_per_task"`
+	// Tasks is the first step of the 1 s search, where the CPU and memory figures are taken.
+	Tasks int `json:"tasks_1s"`
+	// MaxTasks1s is the largest step whose lateness p99 was within 250 ms (null: none).
+	MaxTasks1s    *int    `json:"max_tasks_1s"`
+	LatenessP99Ms float64 `json:"lateness_p99_ms"`
+	Polls         int64   `json:"polls"`
+	// Amplification is observations made ÷ due over every task in flight, first step.
+	Amplification        float64  `json:"amplification"`
+	CPUMsPerObservation  float64  `json:"cpu_ms_per_observation"`
+	ConsoleCPUMsPerPoll  float64  `json:"console_cpu_ms_per_poll"`
+	PostgresCPUMsPerPoll *float64 `json:"postgres_cpu_ms_per_poll"`
+	BytesPerTask         float64  `json:"bytes_per_task"`
+	Steps                []Step   `json:"steps_1s"`
+	// The same first step with the watcher reading tasks/list sweeps (list) and with status
+	// notifications driving it (notify): CPU per observation and per task-interval watched.
+	// ListMaxTasks1s is the same search with the watcher reading through tasks/list sweeps.
+	ListMaxTasks1s             *int     `json:"list_max_tasks_1s"`
+	ListSteps                  []Step   `json:"list_steps_1s"`
+	ListCPUMsPerObservation    *float64 `json:"list_cpu_ms_per_observation"`
+	ListCPUMsPerTaskInterval   *float64 `json:"list_cpu_ms_per_task_interval"`
+	ListLatenessP99Ms          *float64 `json:"list_lateness_p99_ms"`
+	ListRequestsPerSweep       *float64 `json:"list_requests_per_task_interval"`
+	NotifyCPUMsPerTaskInterval *float64 `json:"notify_cpu_ms_per_task_interval"`
+	NotifyPollsPerTaskInterval *float64 `json:"notify_polls_per_task_interval"`
+	NotifyLatenessP99Ms        *float64 `json:"notify_lateness_p99_ms"`
+	GetCPUMsPerTaskInterval    float64  `json:"get_cpu_ms_per_task_interval"`
+
 	WaitForTaskMaxTasks1s *int     `json:"waitfortask_max_tasks_1s"`
 	WaitForTaskCPUMsPoll  *float64 `json:"waitfortask_cpu_ms_per_poll"`
-	// WaitForTaskAmplification is WaitForTask's polls made ÷ polls due at the same task count.
+	// WaitForTaskAmplification is WaitForTask's observations ÷ due at its first step.
 	WaitForTaskAmplification *float64 `json:"waitfortask_amplification"`
+	WaitForTaskLatenessP99Ms *float64 `json:"waitfortask_lateness_p99_ms"`
+	WaitForTaskSteps         []Step   `json:"waitfortask_steps_1s"`
+
+	// The long run: LongTasks at LongPoll on one replica.
+	LongTasks               int      `json:"long_tasks"`
+	LongMode                string   `json:"long_mode"`
+	LongPollS               float64  `json:"long_poll_s"`
+	LongLatenessP99Ms       *float64 `json:"long_lateness_p99_ms"`
+	LongAmplification       *float64 `json:"long_amplification"`
+	LongCPUMsPerObservation *float64 `json:"long_cpu_ms_per_observation"`
+	LongBytesPerTask        *float64 `json:"long_bytes_per_task"`
+}
+
+// Step is one step of a search: how many tasks were watched and what the receiver saw.
+type Step struct {
+	Tasks         int     `json:"tasks"`
+	LatenessP50Ms float64 `json:"lateness_p50_ms"`
+	LatenessP99Ms float64 `json:"lateness_p99_ms"`
+	Amplification float64 `json:"amplification"`
+	Observations  int64   `json:"observations"`
+	// CPUMs is this process's CPU (plus PostgreSQL's for the watcher) over the window.
+	CPUMs float64 `json:"cpu_ms"`
 }
 
 // KillSwitchFigures are the kill switch's.
@@ -217,23 +288,25 @@ type ConsoleFigures struct {
 
 // env is one run's world.
 type env struct {
-	o        Options
-	log      io.Writer
-	cluster  *pgcluster.Cluster
-	pool     *pgxpool.Pool
-	dbURL    string // the server's URL; dbName is this run's database on it
-	dbName   string
-	dropDB   func()
-	rcv      *exec.Cmd
-	rcvStdin io.Closer
-	baseURL  string
-	policy   *config.Config
-	mstore   *manifests.Store
-	prober   *manifests.Prober
-	router   *rollout.Router
-	flags    *killswitch.Service
-	servers  *operations.Servers
-	ops      *operations.Service
+	o       Options
+	log     io.Writer
+	cluster *pgcluster.Cluster
+	pool    *pgxpool.Pool
+	dbURL   string // the server's URL; dbName is this run's database on it
+	dbName  string
+	dropDB  func()
+	rcvs    []child // receiver processes: the main one, then the watch phases' ones
+	baseURL string
+	// watchURL and watch30URL are the authenticated receivers of the watch phases, suggesting
+	// WatchPoll and LongPoll (they offer tasks/list, as an authenticated server may).
+	watchURL, watch30URL string
+	policy               *config.Config
+	mstore               *manifests.Store
+	prober               *manifests.Prober
+	router               *rollout.Router
+	flags                *killswitch.Service
+	servers              *operations.Servers
+	ops                  *operations.Service
 	// uncached is the start path with a router that reads its inputs for every decision.
 	uncached *operations.Service
 	keys     atomic.Int64
@@ -273,6 +346,8 @@ tenants: [acme, globex]
 owners: [{name: ops, contact: ops@example.com}]
 servers:
   - {name: rcv, url: "%[1]s", era: legacy}
+  - {name: rcvw, url: "%[4]s", era: legacy, token: {env: BENCH_WATCH_TOKEN}}
+  - {name: rcvw30, url: "%[5]s", era: legacy, token: {env: BENCH_WATCH_TOKEN}}
 workflows:
   - {name: bench_capped, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
      stage: full, max_ttl: 2h, owners: [ops], concurrency: %[2]d, backpressure: "429", retry_after: 1s}
@@ -282,6 +357,10 @@ workflows:
      owners: [ops]}
   - {name: bench_watch, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
      stage: full, max_ttl: 2h, owners: [ops]}
+  - {name: bench_watch1, server: rcvw, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
+     stage: full, max_ttl: 4h, owners: [ops]}
+  - {name: bench_watch30, server: rcvw30, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
+     stage: full, max_ttl: 4h, owners: [ops]}
   - {name: bench_tight, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
      stage: full, max_ttl: 2h, owners: [ops], concurrency: %[3]d, backpressure: "429", retry_after: 1s}
 `
@@ -292,6 +371,7 @@ const capTight = 25
 // Run runs every phase and returns the figures.
 func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 	o = o.filled()
+	o.Log = log
 	res := &Results{Scale: ScaleInfo{Quick: o.Quick, Operations: o.Operations, OpenTasks: o.OpenTasks, OpenItems: o.OpenItems, Clients: o.Clients},
 		Phases: map[string]float64{}, Machine: machineInfo()}
 	e := &env{o: o, log: log, keyPrefix: fmt.Sprintf("bench-%d-%d-", os.Getpid(), time.Now().UnixNano())}
@@ -318,6 +398,7 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 		{"killswitch", func() error { return e.killSwitchPhase(ctx, res) }},
 		{"watch", func() error { return e.watchPhase(ctx, res) }},
 		{"waitfortask", func() error { return e.waitForTaskPhase(ctx, res) }},
+		{"watch30", func() error { return e.longPhase(ctx, res) }},
 		{"seed", func() error { return e.seed(ctx) }},
 		{"scale", func() error { return e.scalePhase(ctx, res) }},
 		{"console", func() error { return e.consolePhase(ctx, res) }},
@@ -331,8 +412,9 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 		}
 	}
 	res.Notes = append(res.Notes,
-		"watch.waitfortask_* are mcp-go's WaitForTask on the same receiver and task count: its CPU per poll is this process's only (no database); waitfortask_max_tasks_1s is that count when it made at least 95 % of the polls due, null otherwise.",
-		"watch.lateness_p99_ms is sampled: how overdue due tasks are, every 100 ms; watch.max_tasks_1s is the watched count when that p99 is within 250 ms (a lower bound), null otherwise.")
+		"watch.* lateness and observations are counted by the receiver: an observation (a tasks/get of the task, or a tasks/list page listing it) is late by how long after the previous one plus the poll interval it came; a task not observed again by the end of a window counts as late since it fell due. WaitForTask is measured the same way on the same receiver.",
+		"watch.max_tasks_1s and watch.waitfortask_max_tasks_1s are the largest steps of a search (each step half as many tasks more) whose lateness p99 was within 250 ms; the search stops at the first step over it or at -watch-max.",
+		"watch.cpu_ms_per_observation is this process's CPU plus PostgreSQL's over the tasks/get observations of the first step; watch.waitfortask_cpu_ms_per_poll is this process's only (no database). *_per_task_interval divides by the task-intervals watched (tasks × seconds ÷ interval): what keeping one task watched for one poll interval costs, which is WaitForTask's per poll.")
 	return res, nil
 }
 
@@ -401,33 +483,43 @@ func (e *env) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	if err := e.startReceiver(ctx); err != nil {
+	if e.baseURL, err = e.startReceiver(ctx, e.o.WatchPoll, false); err != nil {
+		return err
+	}
+	if e.watchURL, err = e.startReceiver(ctx, e.o.WatchPoll, true); err != nil {
+		return err
+	}
+	if e.watch30URL, err = e.startReceiver(ctx, e.o.LongPoll, true); err != nil {
 		return err
 	}
 	capped := 1_000_000_000 // a cap that is never reached: the cap's cost without its refusals
-	if e.policy, err = config.Parse(fmt.Appendf(nil, benchPolicy, e.baseURL+"/mcp", capped, capTight)); err != nil {
+	if e.policy, err = config.Parse(fmt.Appendf(nil, benchPolicy, e.baseURL+"/mcp", capped, capTight, e.watchURL+"/mcp", e.watch30URL+"/mcp")); err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
 	if _, err := config.NewStore(e.pool).Record(ctx, e.policy); err != nil {
 		return err
 	}
 	e.mstore = manifests.NewStore(e.pool)
-	if e.prober, err = manifests.NewProber(manifests.ProberConfig{Policy: e.policy, Store: e.mstore, Logger: e.o.Logger}); err != nil {
+	if e.prober, err = manifests.NewProber(manifests.ProberConfig{Policy: e.policy, Store: e.mstore, Logger: e.o.Logger, Getenv: benchGetenv}); err != nil {
 		return err
 	}
 	if err := e.prober.Start(ctx); err != nil {
 		return err
 	}
+	// Every server probed before anything is measured: a first probe landing in the start phase
+	// would count among its statements.
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, err := e.mstore.Status(ctx, "rcv")
-		if err == nil && st.Latest != nil {
-			break
+	for _, server := range []string{"rcv", "rcvw", "rcvw30"} {
+		for {
+			st, err := e.mstore.Status(ctx, server)
+			if err == nil && st.Latest != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the receiver %s was not probed within 30s", server)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			return errors.New("the receiver was not probed within 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	if e.flags, err = killswitch.Open(ctx, e.pool, killswitch.Config{Logger: e.o.Logger}); err != nil {
 		return err
@@ -440,7 +532,7 @@ func (e *env) setup(ctx context.Context) error {
 	lctx, stop := context.WithCancel(ctx)
 	e.stopListen = stop
 	audit.Listen(lctx, e.pool, e.o.Logger, func(c audit.Change) { e.router.Changed(c.Area) })
-	e.servers = operations.NewServers(operations.ServersConfig{Policy: e.policy, Logger: e.o.Logger})
+	e.servers = operations.NewServers(operations.ServersConfig{Policy: e.policy, Logger: e.o.Logger, Getenv: benchGetenv})
 	e.ops, err = operations.NewService(operations.Config{Store: operations.NewStore(e.pool), Policy: e.policy, Servers: e.servers,
 		Logger: e.o.Logger, Router: routerFunc(e.router)})
 	if err != nil {
@@ -484,27 +576,49 @@ func routerFunc(router *rollout.Router) operations.Router {
 	})
 }
 
-// startReceiver starts this binary again as the reference receiver, on a loopback port.
-func (e *env) startReceiver(ctx context.Context) error {
+// child is a receiver process: it ends when its standard input closes.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+}
+
+// benchToken is the bearer token of the watch phases' receivers (tenant bench).
+const benchToken = "bench-watch-token"
+
+// benchGetenv resolves the policy's token of the watch phases' receivers.
+func benchGetenv(k string) string {
+	if k == "BENCH_WATCH_TOKEN" {
+		return benchToken
+	}
+	return ""
+}
+
+// startReceiver starts this binary again as the reference receiver on a loopback port,
+// suggesting poll as every task's pollInterval; authenticated, it takes benchToken and offers
+// tasks/list. It returns the base URL.
+func (e *env) startReceiver(ctx context.Context, poll time.Duration, authenticated bool) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return "", err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), receiverEnv+"=1", "BENCH_RECEIVER_POLL_MS="+strconv.FormatInt(e.o.WatchPoll.Milliseconds(), 10))
+	cmd.Env = append(os.Environ(), receiverEnv+"=1", "BENCH_RECEIVER_POLL_MS="+strconv.FormatInt(poll.Milliseconds(), 10))
+	if authenticated {
+		cmd.Env = append(cmd.Env, "BENCH_RECEIVER_TOKEN="+benchToken)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return err
+		return "", err
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return "", err
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("receiver: %w", err)
+		return "", fmt.Errorf("receiver: %w", err)
 	}
-	e.rcv, e.rcvStdin = cmd, stdin
+	e.rcvs = append(e.rcvs, child{cmd: cmd, stdin: stdin})
 	line := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -518,38 +632,42 @@ func (e *env) startReceiver(ctx context.Context) error {
 	case l, ok := <-line:
 		addr, found := strings.CutPrefix(l, "listening ")
 		if !ok || !found {
-			return fmt.Errorf("receiver did not start: %q", l)
+			return "", fmt.Errorf("receiver did not start: %q", l)
 		}
-		e.baseURL = "http://" + addr
+		return "http://" + addr, nil
 	case <-time.After(30 * time.Second):
-		return errors.New("receiver did not start within 30s")
+		return "", errors.New("receiver did not start within 30s")
 	case <-ctx.Done():
-		return ctx.Err()
+		return "", ctx.Err()
 	}
-	return nil
 }
 
-// runReceiverChild is the receiver process: it serves until its standard input closes.
+// runReceiverChild is the receiver process: it serves until its standard input closes, and
+// records when each task is observed (see recorder).
 func runReceiverChild(stdout io.Writer) error {
 	poll := time.Second
 	if v, err := strconv.Atoi(os.Getenv("BENCH_RECEIVER_POLL_MS")); err == nil && v > 0 {
 		poll = time.Duration(v) * time.Millisecond
 	}
-	r := receiver.New(receiver.Config{DefaultPollInterval: poll, MaxPollInterval: max(poll, 5*time.Second),
-		MaxConcurrentTasks: -1, DefaultTTL: 2 * time.Hour, MaxTTL: 24 * time.Hour})
+	cfg := receiver.Config{DefaultPollInterval: poll, MaxPollInterval: max(poll, 5*time.Second),
+		MaxConcurrentTasks: -1, DefaultTTL: 4 * time.Hour, MaxTTL: 24 * time.Hour}
+	if tok := os.Getenv("BENCH_RECEIVER_TOKEN"); tok != "" {
+		cfg.Tokens = map[string]receiver.Identity{tok: {Tenant: "bench", Actor: "bench"}}
+	}
+	r := receiver.New(cfg)
 	defer r.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	srv := &http.Server{Handler: newRecorder().handler(r.Handler()), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
+		_ = srv.Close()
 	}()
 	fmt.Fprintf(stdout, "listening %s\n", ln.Addr())
-	err = r.Serve(ctx, ln)
-	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, context.Canceled) {
+	err = srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
@@ -568,14 +686,14 @@ func (e *env) close() {
 	if e.flags != nil {
 		e.flags.Close()
 	}
-	if e.rcvStdin != nil {
-		_ = e.rcvStdin.Close()
+	for _, c := range e.rcvs {
+		_ = c.stdin.Close()
 		done := make(chan struct{})
-		go func() { _ = e.rcv.Wait(); close(done) }()
+		go func() { _ = c.cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			_ = e.rcv.Process.Kill()
+			_ = c.cmd.Process.Kill()
 		}
 	}
 	if e.stopListen != nil {
@@ -851,6 +969,18 @@ func (e *env) recount(ctx context.Context) error {
 	return err
 }
 
+// stepList shows a search's steps as tasks:p99.
+func stepList(ss []Step) string {
+	var b strings.Builder
+	for i, st := range ss {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%d:%.0fms", st.Tasks, st.LatenessP99Ms)
+	}
+	return b.String()
+}
+
 func writeJSON(path string, res *Results) error {
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
@@ -881,14 +1011,32 @@ func printTable(w io.Writer, r *Results) {
 	row("start.scale_ratio", s.ScaleRatio, fmt.Sprintf("%.0f/s at %d operations; target >= 0.9", s.ScaleTasksPerS, r.Scale.Operations))
 	row("start.cap_max_in_flight", s.CapMaxInFlight, fmt.Sprintf("cap %d, %d refused; exceeded=%v", s.CapLimit, s.CapRefused, s.CapExceeded))
 	wf := r.Watch
-	row("watch.tasks_1s", wf.Tasks, fmt.Sprintf("lateness p99 %.0f ms (sampled)", wf.LatenessP99Ms))
-	row("watch.amplification", wf.Amplification, fmt.Sprintf("%d polls", wf.Polls))
-	row("watch.cpu_ms_per_observation", wf.CPUMsPerObservation, fmt.Sprintf("console %.3f ms", wf.ConsoleCPUMsPerPoll))
-	row("watch.bytes_per_task", wf.BytesPerTask, "")
-	if wf.WaitForTaskCPUMsPoll != nil && wf.WaitForTaskAmplification != nil {
-		row("watch.waitfortask_cpu_ms_per_poll", *wf.WaitForTaskCPUMsPoll, fmt.Sprintf("mcp-go WaitForTask, %d tasks, amplification %.2f",
-			wf.Tasks, *wf.WaitForTaskAmplification))
+	opt := func(v *float64) any {
+		if v == nil {
+			return "—"
+		}
+		return *v
 	}
+	opti := func(v *int) any {
+		if v == nil {
+			return "—"
+		}
+		return *v
+	}
+	row("watch.max_tasks_1s", opti(wf.MaxTasks1s), fmt.Sprintf("tasks/get only, lateness p99 <= 250 ms; steps %v", stepList(wf.Steps)))
+	row("watch.list_max_tasks_1s", opti(wf.ListMaxTasks1s), fmt.Sprintf("tasks/list sweeps; steps %v", stepList(wf.ListSteps)))
+	row("watch.waitfortask_max_tasks_1s", opti(wf.WaitForTaskMaxTasks1s), fmt.Sprintf("mcp-go WaitForTask, same receiver; steps %v", stepList(wf.WaitForTaskSteps)))
+	row("watch.lateness_p99_ms", wf.LatenessP99Ms, fmt.Sprintf("%d tasks at 1 s, counted by the receiver", wf.Tasks))
+	row("watch.amplification", wf.Amplification, fmt.Sprintf("%d observations, every task in flight", wf.Polls))
+	row("watch.cpu_ms_per_observation", wf.CPUMsPerObservation, fmt.Sprintf("tasks/get only: console %.3f + PostgreSQL %v ms", wf.ConsoleCPUMsPerPoll, opt(wf.PostgresCPUMsPerPoll)))
+	row("watch.waitfortask_cpu_ms_per_poll", opt(wf.WaitForTaskCPUMsPoll), fmt.Sprintf("amplification %v, lateness p99 %v ms", opt(wf.WaitForTaskAmplification), opt(wf.WaitForTaskLatenessP99Ms)))
+	row("watch.get_cpu_ms_per_task_interval", wf.GetCPUMsPerTaskInterval, "tasks/get only")
+	row("watch.list_cpu_ms_per_task_interval", opt(wf.ListCPUMsPerTaskInterval), fmt.Sprintf("tasks/list sweeps: %v ms per observation, lateness p99 %v ms", opt(wf.ListCPUMsPerObservation), opt(wf.ListLatenessP99Ms)))
+	row("watch.notify_cpu_ms_per_task_interval", opt(wf.NotifyCPUMsPerTaskInterval), fmt.Sprintf("notifications: %v polls per task-interval, lateness p99 %v ms against the safety net",
+		opt(wf.NotifyPollsPerTaskInterval), opt(wf.NotifyLatenessP99Ms)))
+	row("watch.bytes_per_task", wf.BytesPerTask, "")
+	row("watch.long_lateness_p99_ms", opt(wf.LongLatenessP99Ms), fmt.Sprintf("%d tasks at %.0f s, one replica, %s; amplification %v, %v ms CPU per observation, %v B per task",
+		wf.LongTasks, wf.LongPollS, wf.LongMode, opt(wf.LongAmplification), opt(wf.LongCPUMsPerObservation), opt(wf.LongBytesPerTask)))
 	row("killswitch.p99_ms", r.KillSwitch.P99Ms, fmt.Sprintf("%d replicas, %d toggles; target <= 50", r.KillSwitch.Replicas, r.KillSwitch.Toggles))
 	row("console.p95_ms", r.Console.P95Ms, "worst page: "+r.Console.WorstPage+"; target <= 50")
 	pages := make([]string, 0, len(r.Console.Pages))

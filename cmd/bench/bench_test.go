@@ -29,7 +29,8 @@ func TestSmoke(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.json")
 	var log strings.Builder
 	err := run(context.Background(), []string{"-database-url", pgtest.URL(t), "-out", out, "-operations", "3000", "-phase", "300ms",
-		"-watch-tasks", "20", "-watch-for", "1500ms", "-toggles", "3", "-page-requests", "2"}, func(string) string { return "" }, &log)
+		"-watch-tasks", "20", "-watch-max", "30", "-watch-for", "1500ms",
+		"-long-tasks", "40", "-long-poll", "2s", "-long-for", "3s", "-toggles", "3", "-page-requests", "2"}, func(string) string { return "" }, &log)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, log.String())
 	}
@@ -56,6 +57,10 @@ func TestSmoke(t *testing.T) {
 	}
 	if r.Watch.WaitForTaskCPUMsPoll == nil || *r.Watch.WaitForTaskCPUMsPoll <= 0 || r.Watch.WaitForTaskAmplification == nil {
 		t.Errorf("WaitForTask figures missing: %+v", r.Watch)
+	}
+	if len(r.Watch.Steps) == 0 || len(r.Watch.WaitForTaskSteps) == 0 || r.Watch.LongTasks != 40 || r.Watch.LongAmplification == nil ||
+		r.Watch.ListCPUMsPerTaskInterval == nil || r.Watch.NotifyCPUMsPerTaskInterval == nil {
+		t.Errorf("watch search, mode or long-run figures missing: %+v", r.Watch)
 	}
 	if r.KillSwitch.Toggles != 3 || r.KillSwitch.P99Ms <= 0 {
 		t.Errorf("kill switch figures: %+v", r.KillSwitch)

@@ -59,13 +59,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.StringVar(&o.Out, "out", "bench.json", "where to write the figures")
 	fs.IntVar(&o.Operations, "operations", 0, "ledger size for the scale, console and watch phases (default 1,000,000; 100,000 quick)")
 	fs.DurationVar(&o.Phase, "phase", 0, "length of each timed phase (default 10s; 5s quick)")
-	fs.IntVar(&o.WatchTasks, "watch-tasks", 0, "Tasks watched at a 1s poll interval (default 4,000; 1,000 quick)")
-	fs.DurationVar(&o.WatchFor, "watch-for", 0, "how long the watched Tasks are measured (default 20s; 10s quick)")
+	fs.IntVar(&o.WatchTasks, "watch-tasks", 0, "tasks at which the watch searches take CPU and memory (their second step; default 1,000; 500 quick)")
+	fs.IntVar(&o.WatchMax, "watch-max", 0, "last step of the watch searches (default 24,000; 1,700 quick)")
+	fs.DurationVar(&o.WatchFor, "watch-for", 0, "how long each step of the watch searches is measured (default 12s; 4s quick)")
+	fs.IntVar(&o.LongTasks, "long-tasks", 0, "Tasks watched at a 30s poll interval by one replica (default 100,000; 10,000 quick)")
+	fs.StringVar(&o.LongMode, "long-mode", "", "how the long run reads the server: list (default) or get")
+	fs.DurationVar(&o.LongPoll, "long-poll", 0, "poll interval of the long run (default 30s)")
+	fs.DurationVar(&o.LongFor, "long-for", 0, "how long the long run is measured (default 65s; 32s quick)")
 	fs.IntVar(&o.Toggles, "toggles", 0, "kill switch engage/release rounds (default 50)")
 	fs.IntVar(&o.PageRequests, "page-requests", 0, "requests per console page (default 40; 20 quick)")
+	modes := fs.String("watch-modes", "list,notify", "modes the watch phase measures besides tasks/get (list, notify; empty = none)")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (the console side: start path, watcher, pages) to the file")
 	pages := fs.String("pages", "", "a regular expression: only the console pages whose names it matches (e.g. '^reconcile')")
-	only := fs.String("only", "", "comma-separated phases to run (start, cap, killswitch, watch, waitfortask, scale, console); empty = all")
+	only := fs.String("only", "", "comma-separated phases to run (start, cap, killswitch, watch, waitfortask, watch30, scale, console); empty = all")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,6 +88,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		o.Pages = re
 	}
 	o.Quick = *quick
+	for m := range strings.SplitSeq(*modes, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			o.WatchModes = append(o.WatchModes, m)
+		}
+	}
 	o = o.filled()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

@@ -15,7 +15,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -25,7 +24,6 @@ import (
 	"github.com/taskgate/taskgate/auth"
 	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/reconcile"
-	"github.com/taskgate/taskgate/watch"
 	"github.com/taskgate/taskgate/web"
 )
 
@@ -40,124 +38,6 @@ func (e *env) killSwitchPhase(ctx context.Context, res *Results) error {
 	}
 	res.KillSwitch = KillSwitchFigures{Replicas: replicas, Toggles: len(p.Samples), P50Ms: quantileMs(p.Samples, 0.5), P99Ms: quantileMs(p.Samples, 0.99)}
 	return nil
-}
-
-// watchPhase starts o.WatchTasks long Tasks that the receiver asks to be polled every
-// o.WatchPoll, runs one watcher replica over them for o.WatchFor, and measures how late due
-// tasks are (sampled every 100 ms), the polls made, and the CPU of this process and of
-// PostgreSQL per poll.
-func (e *env) watchPhase(ctx context.Context, res *Results) error {
-	start := e.startOne("bench_watch", longWork)
-	sem := make(chan struct{}, e.o.Clients)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range e.o.WatchTasks {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := start(ctx); err != nil {
-				mu.Lock()
-				firstErr = cmp(firstErr, err)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return fmt.Errorf("start watched tasks: %w", firstErr)
-	}
-	polls := func() (int64, error) {
-		var n int64
-		err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(t.polls), 0) FROM tasks t JOIN operations o ON o.id = t.operation_id
-			WHERE o.workflow = 'bench_watch'`).Scan(&n)
-		return n, err
-	}
-	runtime.GC()
-	var m0 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	w, err := watch.New(watch.Config{Store: e.ops.Store(), Servers: e.servers, Policy: e.policy, Operations: e.ops, ReplicaID: "bench",
-		Registerer: prometheus.NewRegistry(), Logger: e.o.Logger})
-	if err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	defer w.Stop()
-	// Let the first round of polls (all tasks due at once after their creation) pass.
-	time.Sleep(2 * e.o.WatchPoll)
-	p0, err := polls()
-	if err != nil {
-		return err
-	}
-	self0, pg0 := selfCPU(), e.postgresCPU()
-	t0 := time.Now()
-	var late []time.Duration
-	for time.Since(t0) < e.o.WatchFor {
-		rows, err := e.pool.Query(ctx, `SELECT extract(epoch FROM now() - t.next_poll_at) FROM tasks t JOIN operations o ON o.id = t.operation_id
-			WHERE o.workflow = 'bench_watch' AND t.state IN ('working', 'input_required') AND t.next_poll_at < now()`)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var s float64
-			if err := rows.Scan(&s); err != nil {
-				rows.Close()
-				return err
-			}
-			late = append(late, time.Duration(s*float64(time.Second)))
-		}
-		rows.Close()
-		time.Sleep(100 * time.Millisecond)
-	}
-	el := time.Since(t0)
-	self1, pg1 := selfCPU(), e.postgresCPU()
-	p1, err := polls()
-	if err != nil {
-		return err
-	}
-	var m1 runtime.MemStats
-	runtime.ReadMemStats(&m1)
-	n := p1 - p0
-	wf := &res.Watch
-	wf.Tasks, wf.Polls = e.o.WatchTasks, n
-	// Every sample of a task that was not yet due counts as on time.
-	samples := int(el/(100*time.Millisecond)+1) * e.o.WatchTasks
-	for len(late) < samples {
-		late = append(late, 0)
-	}
-	wf.LatenessP99Ms = quantileMs(late, 0.99)
-	if wf.LatenessP99Ms <= 250 {
-		v := e.o.WatchTasks
-		wf.MaxTasks1s = &v
-	}
-	expected := float64(e.o.WatchTasks) * el.Seconds() / e.o.WatchPoll.Seconds()
-	wf.Amplification = round2(float64(n) / expected)
-	wf.BytesPerTask = math.Round(math.Max(0, float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))) / float64(e.o.WatchTasks))
-	if n > 0 {
-		c := float64(self1-self0) / float64(time.Millisecond) / float64(n)
-		wf.ConsoleCPUMsPerPoll = math.Round(c*1000) / 1000
-		wf.CPUMsPerObservation = wf.ConsoleCPUMsPerPoll
-		if pg0 >= 0 && pg1 >= 0 {
-			p := float64(pg1-pg0) / float64(time.Millisecond) / float64(n)
-			p = math.Round(p*1000) / 1000
-			wf.PostgresCPUMsPerPoll = &p
-			wf.CPUMsPerObservation = math.Round((c+p)*1000) / 1000
-		}
-	}
-	w.Stop()
-	// The watched tasks are cancelled on the receiver by nobody; their rows stay open in the
-	// ledger and count as open Tasks of bench_watch (not of the capped workflow).
-	return nil
-}
-
-func cmp(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // selfCPU is this process's user and system CPU time.
@@ -211,12 +91,12 @@ func (e *env) postgresCPU() time.Duration {
 	return time.Duration(total * int64(time.Second) / hz)
 }
 
-// receiverCPU is the CPU time of the receiver's process (-1 when unknown).
+// receiverCPU is the CPU time of the main receiver's process (-1 when unknown).
 func (e *env) receiverCPU() time.Duration {
-	if e.rcv == nil || e.rcv.Process == nil {
+	if len(e.rcvs) == 0 || e.rcvs[0].cmd.Process == nil {
 		return -1
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(e.rcv.Process.Pid) + "/stat")
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(e.rcvs[0].cmd.Process.Pid) + "/stat")
 	if err != nil {
 		return -1
 	}

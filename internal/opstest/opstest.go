@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ type Bundle struct {
 	Servers  *operations.Servers
 	Store    *operations.Store
 	Ops      *operations.Service
+	getenv   func(string) string
 }
 
 // Options tune Setup.
@@ -45,6 +47,9 @@ type Options struct {
 	// Front, when set, is given the receiver's MCP URL and returns the URL the policy names
 	// instead (a proxy in front of the receiver).
 	Front func(t testing.TB, mcpURL string) string
+	// Token, when set, makes the receiver authenticated (the token is tenant acme's; an
+	// authenticated 2025-11-25 receiver offers tasks/list) and the policy's server send it.
+	Token string
 }
 
 // Policy is the test policy: one workflow per route. %[1]s is the MCP URL, %[2]s the base
@@ -83,6 +88,17 @@ func Setup(t testing.TB, o Options) *Bundle {
 	if rc.DefaultPollInterval == 0 {
 		rc.DefaultPollInterval = 50 * time.Millisecond
 	}
+	policy, getenv := Policy+o.Extra, func(string) string { return "" }
+	if o.Token != "" {
+		rc.Tokens = map[string]receiver.Identity{o.Token: {Tenant: "acme", Actor: "app:opstest"}}
+		policy = strings.Replace(policy, "era: %[3]s}", "era: %[3]s, token: {env: OPSTEST_TOKEN}}", 1)
+		getenv = func(k string) string {
+			if k == "OPSTEST_TOKEN" {
+				return o.Token
+			}
+			return ""
+		}
+	}
 	rcv := receiver.New(rc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,7 +118,7 @@ func Setup(t testing.TB, o Options) *Bundle {
 	if o.Front != nil {
 		mcpURL = o.Front(t, mcpURL)
 	}
-	pol, err := config.Parse(fmt.Appendf(nil, Policy+o.Extra, mcpURL, base, o.Era))
+	pol, err := config.Parse(fmt.Appendf(nil, policy, mcpURL, base, o.Era))
 	if err != nil {
 		t.Fatalf("policy: %v", err)
 	}
@@ -110,8 +126,8 @@ func Setup(t testing.TB, o Options) *Bundle {
 	if pool == nil {
 		pool = pgtest.New(t)
 	}
-	b := &Bundle{Pool: pool, Receiver: rcv, BaseURL: base, Policy: pol, Store: operations.NewStore(pool)}
-	b.Servers = operations.NewServers(operations.ServersConfig{Policy: pol, BuiltinURL: base})
+	b := &Bundle{Pool: pool, Receiver: rcv, BaseURL: base, Policy: pol, Store: operations.NewStore(pool), getenv: getenv}
+	b.Servers = operations.NewServers(operations.ServersConfig{Policy: pol, BuiltinURL: base, Getenv: getenv})
 	t.Cleanup(b.Servers.Close)
 	b.Ops, err = operations.NewService(operations.Config{Store: b.Store, Policy: pol, Servers: b.Servers, PollFloor: 20 * time.Millisecond, DefaultPoll: 50 * time.Millisecond})
 	if err != nil {
@@ -125,7 +141,7 @@ func Setup(t testing.TB, o Options) *Bundle {
 func (b *Bundle) Restart(t testing.TB) {
 	t.Helper()
 	b.Servers.Close()
-	b.Servers = operations.NewServers(operations.ServersConfig{Policy: b.Policy, BuiltinURL: b.BaseURL})
+	b.Servers = operations.NewServers(operations.ServersConfig{Policy: b.Policy, BuiltinURL: b.BaseURL, Getenv: b.getenv})
 	t.Cleanup(b.Servers.Close)
 	var err error
 	b.Ops, err = operations.NewService(operations.Config{Store: b.Store, Policy: b.Policy, Servers: b.Servers, PollFloor: 20 * time.Millisecond, DefaultPoll: 50 * time.Millisecond})
@@ -141,7 +157,7 @@ func (b *Bundle) Watcher(t testing.TB, replica string, tune func(*watch.Config))
 	passes := make(chan int, 1)
 	cfg := watch.Config{Store: b.Store, Servers: b.Servers, Policy: b.Policy, Operations: b.Ops, ReplicaID: replica,
 		Interval: 10 * time.Millisecond, PollFloor: 20 * time.Millisecond, DefaultPoll: 50 * time.Millisecond, Lease: 5 * time.Second,
-		UnobservableGrace: 300 * time.Millisecond, Registerer: prometheus.NewRegistry(),
+		UnobservableGrace: 300 * time.Millisecond, FlushEvery: 50 * time.Millisecond, Registerer: prometheus.NewRegistry(),
 		AfterPass: func(n int) {
 			select {
 			case passes <- n:

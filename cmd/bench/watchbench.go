@@ -1,0 +1,499 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taskgate/taskgate/mcpclient"
+	"github.com/taskgate/taskgate/receiver"
+	"github.com/taskgate/taskgate/watch"
+)
+
+// The watch phases create their tasks directly on an authenticated receiver (8 workers on one
+// connection) and, for the durable watcher, write the ledger rows the start path would have
+// left (workflow bench_watch1 or bench_watch30, working, due at once): the start path's own
+// rate is measured by the start phase, and 100,000 starts through it would take most of an
+// hour on this machine. Lateness and observations are counted by the receiver.
+
+// watchMode is how the durable watcher reads a server in a run.
+type watchMode string
+
+const (
+	modeGet    watchMode = "get"    // tasks/get only, as on a server offering nothing else
+	modeList   watchMode = "list"   // tasks/list sweeps (the receiver declares tasks.list)
+	modeNotify watchMode = "notify" // status notifications, polling as the safety net
+)
+
+// createTasks creates n long tasks on the receiver at base and returns their ids.
+func (e *env) createTasks(ctx context.Context, base string, n int) ([]string, error) {
+	ts, err := e.createTaskRows(ctx, base, n)
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID
+	}
+	return ids, err
+}
+
+// createTaskRows creates n long tasks on the receiver at base and returns them as created.
+func (e *env) createTaskRows(ctx context.Context, base string, n int) ([]mcpclient.Task, error) {
+	conn, err := mcpclient.Dial(ctx, mcpclient.Options{URL: base + "/mcp", Era: mcpclient.EraChoiceLegacy, Token: benchToken,
+		KeepSessionOnClose: true, Logger: e.o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	ids := make([]mcpclient.Task, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				t, err := conn.CreateTask(ctx, receiver.ToolWorkOptional, map[string]any{"duration_ms": 4 * 3600 * 1000}, mcpclient.TaskOptions{})
+				if err != nil {
+					errs <- fmt.Errorf("create task %d: %w", i, err)
+					return
+				}
+				ids[i] = t
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// ledgerTasks writes the ledger rows of watched tasks of workflow on server, as the start path
+// leaves them: the status, message and lastUpdatedAt the CreateTaskResult gave.
+func (e *env) ledgerTasks(ctx context.Context, workflow, server string, ts []mcpclient.Task, poll time.Duration) error {
+	for len(ts) > 0 {
+		part := ts[:min(len(ts), 10_000)]
+		ts = ts[len(part):]
+		ids, msgs := make([]string, len(part)), make([]string, len(part))
+		created, updated := make([]time.Time, len(part)), make([]time.Time, len(part))
+		for i, t := range part {
+			ids[i], msgs[i], created[i], updated[i] = t.ID, t.StatusMessage, t.CreatedAt, t.LastUpdatedAt
+		}
+		if _, err := e.pool.Exec(ctx, `
+			WITH i AS MATERIALIZED (SELECT u.task_id, u.msg, u.created, u.updated, gen_random_uuid() AS id
+				FROM unnest($1::text[], $5::text[], $6::timestamptz[], $7::timestamptz[]) AS u(task_id, msg, created, updated)),
+			o AS (INSERT INTO operations (id, tenant, workflow, idempotency_key, request_sha256, actor, object_ref, route, reason_code, reason,
+			                            domain_outcome, created_at, updated_at)
+				SELECT id, 'acme', $2, 'watch-' || task_id, '', 'app:bench', 'bench', 'task', 'task_capable', 'bench', 'pending', now(), now()
+				FROM i RETURNING id)
+			INSERT INTO tasks (operation_id, server, tool, era, task_id, state, status_message, poll_interval_ms, next_poll_at, deadline,
+			                   server_created_at, server_updated_at, ttl_ms, created_at, updated_at)
+			SELECT i.id, $3, 'work_optional', '2025-11-25', i.task_id, 'working', i.msg, $4, now(), now() + interval '4 hours',
+			       i.created, i.updated, 14400000, now(), now()
+			FROM i JOIN o ON o.id = i.id`, ids, workflow, server, poll.Milliseconds(), msgs, created, updated); err != nil {
+			return fmt.Errorf("ledger rows of watched tasks: %w", err)
+		}
+	}
+	return nil
+}
+
+// taskIDs are the ids of ts.
+func taskIDs(ts []mcpclient.Task) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.ID
+	}
+	return out
+}
+
+// startWatcher starts one durable watcher replica reading its servers in mode.
+func (e *env) startWatcher(ctx context.Context, name string, mode watchMode) (*watch.Service, error) {
+	w, err := watch.New(watch.Config{Store: e.ops.Store(), Servers: e.servers, Policy: e.policy, Operations: e.ops, ReplicaID: name,
+		NoListSweep: mode != modeList, NoNotifications: mode != modeNotify, Registerer: prometheus.NewRegistry(), Logger: e.o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return w, w.Start(ctx)
+}
+
+// measured is one window: what the receiver saw and the CPU this process (and PostgreSQL,
+// when pg is set) spent meanwhile.
+type measured struct {
+	windowFigures
+	selfMs, pgMs float64
+}
+
+// window measures the tasks ids at interval for d.
+func (e *env) window(base string, ids []string, interval, d time.Duration, pg bool) (measured, error) {
+	var m measured
+	if err := e.openWindowAt(base, ids, interval); err != nil {
+		return m, err
+	}
+	self0, pg0 := selfCPU(), e.postgresCPU()
+	time.Sleep(d)
+	self1, pg1 := selfCPU(), e.postgresCPU()
+	f, err := e.closeWindowAt(base)
+	if err != nil {
+		return m, err
+	}
+	m.windowFigures = f
+	m.selfMs = float64(self1-self0) / float64(time.Millisecond)
+	if pg && pg0 >= 0 && pg1 >= 0 {
+		m.pgMs = float64(pg1-pg0) / float64(time.Millisecond)
+	}
+	return m, nil
+}
+
+func (m measured) step(n int) Step {
+	return Step{Tasks: n, LatenessP50Ms: m.LatenessP50Ms, LatenessP99Ms: m.LatenessP99Ms, Amplification: m.Amplification,
+		Observations: m.Observations, CPUMs: round3(m.selfMs + m.pgMs)}
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+func ptr[T any](v T) *T { return &v }
+
+// steps are the task counts of a search: half the measured count, the measured count (where
+// CPU and memory are taken), then half as many more each time, up to limit.
+func steps(measured, limit int) []int {
+	out := []int{max(1, measured/2)}
+	for n := measured; n <= limit; n += max(1, n/2) {
+		out = append(out, n)
+	}
+	if out[len(out)-1] < limit {
+		out = append(out, limit)
+	}
+	return out
+}
+
+// cpuStep is the step of a search at which CPU and memory are taken: the measured count.
+const cpuStep = 1
+
+// watchPhase searches, at WatchPoll, for the largest task count the durable watcher holds with
+// lateness p99 within 250 ms, reading the server with tasks/get only; at the first step it
+// measures CPU per observation (console plus PostgreSQL) and memory per held task, then the
+// same tasks read through tasks/list sweeps and driven by notifications.
+func (e *env) watchPhase(ctx context.Context, res *Results) error {
+	wf := &res.Watch
+	poll := e.o.WatchPoll
+	if err := e.parkOthers(ctx, "bench_watch1"); err != nil {
+		return err
+	}
+	runtime.GC()
+	var m0 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	w, err := e.startWatcher(ctx, "bench-get", modeGet)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	var ids []string
+	ss := steps(e.o.WatchTasks, e.o.WatchMax)
+	for i, n := range ss {
+		more, err := e.createTaskRows(ctx, e.watchURL, n-len(ids))
+		if err != nil {
+			return err
+		}
+		if err := e.ledgerTasks(ctx, "bench_watch1", "rcvw", more, poll); err != nil {
+			return err
+		}
+		ids = append(ids, taskIDs(more)...)
+		time.Sleep(3 * poll) // every new task taken into the hold and polled once
+		m, err := e.window(e.watchURL, ids, poll, e.o.WatchFor, true)
+		if err != nil {
+			return err
+		}
+		wf.Steps = append(wf.Steps, m.step(n))
+		fmt.Fprintf(e.o.Log, "bench: watch %d tasks at %v: lateness p99 %.0f ms, amplification %.3f\n", n, poll, m.LatenessP99Ms, m.Amplification)
+		if i == min(cpuStep, len(ss)-1) || (i < cpuStep && m.LatenessP99Ms > 250) {
+			runtime.GC()
+			var m1 runtime.MemStats
+			runtime.ReadMemStats(&m1)
+			wf.Tasks, wf.Polls, wf.LatenessP99Ms, wf.Amplification = n, m.Observations, m.LatenessP99Ms, m.Amplification
+			wf.BytesPerTask = math.Round(math.Max(0, float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))) / float64(n))
+			if m.Observations > 0 {
+				wf.ConsoleCPUMsPerPoll = round3(m.selfMs / float64(m.Observations))
+				p := round3(m.pgMs / float64(m.Observations))
+				wf.PostgresCPUMsPerPoll = &p
+				wf.CPUMsPerObservation = round3((m.selfMs + m.pgMs) / float64(m.Observations))
+			}
+			wf.GetCPUMsPerTaskInterval = round3((m.selfMs + m.pgMs) / (float64(n) * m.Seconds / poll.Seconds()))
+		}
+		if m.LatenessP99Ms > 250 {
+			break
+		}
+		wf.MaxTasks1s = ptr(n)
+	}
+	w.Stop()
+	if len(ids) < e.o.WatchTasks {
+		more, err := e.createTaskRows(ctx, e.watchURL, e.o.WatchTasks-len(ids))
+		if err != nil {
+			return err
+		}
+		if err := e.ledgerTasks(ctx, "bench_watch1", "rcvw", more, poll); err != nil {
+			return err
+		}
+		ids = append(ids, taskIDs(more)...)
+	}
+	// The same search with the watcher reading the receiver through tasks/list sweeps, as it
+	// does by default on a server that declares tasks.list.
+	if slices.Contains(e.o.WatchModes, string(modeList)) {
+		if err := e.handBack(ctx, "bench_watch1"); err != nil {
+			return err
+		}
+		lw, err := e.startWatcher(ctx, "bench-list-search", modeList)
+		if err != nil {
+			return err
+		}
+		for _, n := range ss {
+			if len(ids) < n {
+				more, err := e.createTaskRows(ctx, e.watchURL, n-len(ids))
+				if err != nil {
+					lw.Stop()
+					return err
+				}
+				if err := e.ledgerTasks(ctx, "bench_watch1", "rcvw", more, poll); err != nil {
+					lw.Stop()
+					return err
+				}
+				ids = append(ids, taskIDs(more)...)
+			}
+			e.dropOthers(ctx, "bench_watch1", ids[:n])
+			time.Sleep(3*poll + poll/2) // read once each, then aligned with the sweeps
+			m, err := e.window(e.watchURL, ids[:n], poll, e.o.WatchFor, true)
+			if err != nil {
+				lw.Stop()
+				return err
+			}
+			wf.ListSteps = append(wf.ListSteps, m.step(n))
+			fmt.Fprintf(e.o.Log, "bench: watch %d tasks at %v, tasks/list sweeps: lateness p99 %.0f ms, amplification %.3f\n", n, poll, m.LatenessP99Ms, m.Amplification)
+			if m.LatenessP99Ms > 250 {
+				break
+			}
+			wf.ListMaxTasks1s = ptr(n)
+		}
+		lw.Stop()
+	}
+	// The measured count's tasks again, read by a replica using tasks/list sweeps, then by one
+	// driven by status notifications.
+	first := ids[:e.o.WatchTasks]
+	for _, mode := range []watchMode{modeList, modeNotify} {
+		if !slices.Contains(e.o.WatchModes, string(mode)) {
+			continue
+		}
+		if err := e.handBack(ctx, "bench_watch1"); err != nil {
+			return err
+		}
+		if mode == modeNotify {
+			if err := e.notifyOnce(ctx, "rcvw"); err != nil {
+				return err
+			}
+		}
+		w, err := e.startWatcher(ctx, "bench-"+string(mode), mode)
+		if err != nil {
+			return err
+		}
+		e.dropOthers(ctx, "bench_watch1", first)
+		time.Sleep(3 * poll)
+		// Notifications drive the tasks: they are polled at the safety net (ten intervals
+		// here), and lateness is counted against it, over at least one of them.
+		every, span := poll, e.o.WatchFor
+		if mode == modeNotify {
+			every = 10 * poll
+			span = max(span, every+2*poll)
+		}
+		m, err := e.window(e.watchURL, first, every, span, true)
+		w.Stop()
+		if err != nil {
+			return err
+		}
+		perInterval := round3((m.selfMs + m.pgMs) / (float64(len(first)) * m.Seconds / poll.Seconds()))
+		switch mode {
+		case modeList:
+			if m.Observations > 0 {
+				wf.ListCPUMsPerObservation = ptr(round3((m.selfMs + m.pgMs) / float64(m.Observations)))
+			}
+			wf.ListCPUMsPerTaskInterval = ptr(perInterval)
+			wf.ListLatenessP99Ms = ptr(m.LatenessP99Ms)
+		case modeNotify:
+			wf.NotifyCPUMsPerTaskInterval = ptr(perInterval)
+			wf.NotifyPollsPerTaskInterval = ptr(round3(m.Amplification * poll.Seconds() / every.Seconds()))
+			wf.NotifyLatenessP99Ms = ptr(m.LatenessP99Ms)
+		}
+		fmt.Fprintf(e.o.Log, "bench: watch %d tasks, %s: lateness p99 %.0f ms, %d observations, %.3f ms CPU per task-interval\n",
+			len(first), mode, m.LatenessP99Ms, m.Observations, perInterval)
+	}
+	return e.handBack(ctx, "bench_watch1")
+}
+
+// notifyOnce runs a short task on the watcher's connection to server, so the receiver sends
+// a status notification on that connection's GET stream: the evidence on which the watcher
+// treats the connection as delivering notifications (its tasks are quiet otherwise).
+func (e *env) notifyOnce(ctx context.Context, server string) error {
+	conn, err := e.servers.Conn(ctx, server)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.CreateTask(ctx, receiver.ToolWorkOptional, map[string]any{"duration_ms": 100}, mcpclient.TaskOptions{}); err != nil {
+		return err
+	}
+	for range 50 {
+		if mcpclient.NotifiesStatus(conn) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("no status notification reached the watcher's connection to %s", server)
+}
+
+// parkOthers takes every running task of the other phases (the start phases leave thousands,
+// working for hours) out of the watchers' way for a day: a watch phase measures its own tasks.
+func (e *env) parkOthers(ctx context.Context, workflow string) error {
+	_, err := e.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL, next_poll_at = now() + interval '1 day'
+		FROM operations o WHERE o.id = t.operation_id AND o.workflow <> $1 AND t.state IN ('working', 'input_required')`, workflow)
+	return err
+}
+
+// handBack ends the watching of a workflow's tasks by the bench's replicas (they stay running
+// at the receiver): no lease, not due for a day.
+func (e *env) handBack(ctx context.Context, workflow string) error {
+	_, err := e.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL, next_poll_at = now() + interval '1 day'
+		FROM operations o WHERE o.id = t.operation_id AND o.workflow = $1 AND t.state = 'working'`, workflow)
+	return err
+}
+
+// dropOthers makes the tasks ids of workflow due at once and leaves the others out.
+func (e *env) dropOthers(ctx context.Context, workflow string, ids []string) {
+	_, _ = e.pool.Exec(ctx, `UPDATE tasks t SET next_poll_at = now() FROM operations o
+		WHERE o.id = t.operation_id AND o.workflow = $1 AND t.task_id = ANY($2::text[])`, workflow, ids)
+}
+
+// waitForTaskPhase runs the same search with mcp-go v1.2.1's client.WaitForTask (one goroutine
+// per task polling tasks/get, nothing durable) on the same receiver and interval, with the
+// watcher's pooled HTTP transport, and measures this process's CPU per poll at the first step.
+func (e *env) waitForTaskPhase(ctx context.Context, res *Results) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	poll := e.o.WatchPoll
+	hc := &http.Client{Transport: mcpclient.NewHTTPClient(0).Transport}
+	c, err := client.NewStreamableHttpClient(e.watchURL+"/mcp", transport.WithHTTPBasicClient(hc),
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + benchToken}))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		return err
+	}
+	var waiters sync.WaitGroup
+	defer func() { cancel(); waiters.Wait() }()
+	wf := &res.Watch
+	var ids []string
+	ss := steps(e.o.WatchTasks, e.o.WatchMax)
+	for i, n := range ss {
+		more, err := e.createTasks(ctx, e.watchURL, n-len(ids))
+		if err != nil {
+			return err
+		}
+		for _, id := range more {
+			waiters.Go(func() {
+				_, _ = c.WaitForTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}}, poll)
+			})
+		}
+		ids = append(ids, more...)
+		time.Sleep(3 * poll)
+		m, err := e.window(e.watchURL, ids, poll, e.o.WatchFor, false)
+		if err != nil {
+			return err
+		}
+		wf.WaitForTaskSteps = append(wf.WaitForTaskSteps, m.step(n))
+		fmt.Fprintf(e.o.Log, "bench: WaitForTask %d tasks at %v: lateness p99 %.0f ms, amplification %.3f\n", n, poll, m.LatenessP99Ms, m.Amplification)
+		if i == min(cpuStep, len(ss)-1) || (i < cpuStep && m.LatenessP99Ms > 250) {
+			wf.WaitForTaskAmplification = ptr(m.Amplification)
+			wf.WaitForTaskLatenessP99Ms = ptr(m.LatenessP99Ms)
+			if m.Observations > 0 {
+				wf.WaitForTaskCPUMsPoll = ptr(round3(m.selfMs / float64(m.Observations)))
+			}
+		}
+		if m.LatenessP99Ms > 250 {
+			break
+		}
+		wf.WaitForTaskMaxTasks1s = ptr(n)
+	}
+	return nil
+}
+
+// longPhase watches LongTasks at LongPoll with one replica for LongFor, reading the server in
+// LongMode (the server offers tasks/list; "get" reads it with tasks/get only).
+func (e *env) longPhase(ctx context.Context, res *Results) error {
+	wf := &res.Watch
+	poll := e.o.LongPoll
+	if err := e.parkOthers(ctx, "bench_watch30"); err != nil {
+		return err
+	}
+	runtime.GC()
+	var m0 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	mode := watchMode(e.o.LongMode)
+	w, err := e.startWatcher(ctx, "bench-long", mode)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	rows, err := e.createTaskRows(ctx, e.watch30URL, e.o.LongTasks)
+	if err != nil {
+		return err
+	}
+	if err := e.ledgerTasks(ctx, "bench_watch30", "rcvw30", rows, poll); err != nil {
+		return err
+	}
+	ids := taskIDs(rows)
+	// Every task taken into the hold and polled once (all were due at once).
+	deadline := time.Now().Add(poll)
+	for time.Now().Before(deadline) {
+		var left int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM tasks t JOIN operations o ON o.id = t.operation_id
+			WHERE o.workflow = 'bench_watch30' AND t.lease_owner IS NULL`).Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// Two intervals more: every task read once on its own and, on the list mode, aligned with
+	// the sweeps by the first of them; measured from there for LongFor.
+	time.Sleep(2*poll + poll/10)
+	m, err := e.window(e.watch30URL, ids, poll, e.o.LongFor, true)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	var m1 runtime.MemStats
+	runtime.ReadMemStats(&m1)
+	wf.LongTasks, wf.LongPollS, wf.LongMode = len(ids), poll.Seconds(), string(mode)
+	wf.LongLatenessP99Ms, wf.LongAmplification = ptr(m.LatenessP99Ms), ptr(m.Amplification)
+	if m.Observations > 0 {
+		wf.LongCPUMsPerObservation = ptr(round3((m.selfMs + m.pgMs) / float64(m.Observations)))
+	}
+	wf.LongBytesPerTask = ptr(math.Round(math.Max(0, float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))) / float64(len(ids))))
+	fmt.Fprintf(e.o.Log, "bench: watch %d tasks at %v: lateness p99 %.0f ms, amplification %.3f\n", len(ids), poll, m.LatenessP99Ms, m.Amplification)
+	w.Stop()
+	return e.handBack(ctx, "bench_watch30")
+}

@@ -1,0 +1,191 @@
+package operations
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// WatchPokeChannel is the PostgreSQL notification channel on which Reschedule tells the
+// replica holding a task that its next poll moved (payload: operation id, a space, the new
+// time in Unix milliseconds). A holder that misses one polls at its own schedule.
+const WatchPokeChannel = "taskgate_watch_poke"
+
+// Acquired is a task a watcher replica took into its hold.
+type Acquired struct {
+	Due
+	// NextPollAt is when the task may be polled first: its stored next poll, or, when the
+	// task was taken from a replica that stopped beating without handing it back, no sooner
+	// than one poll interval after that replica's last possible poll.
+	NextPollAt time.Time
+}
+
+// watchable is the condition of a task a watcher holds: still running, or terminal with its
+// outcome not fetched.
+const watchable = `(t.state IN ('working','input_required') OR t.result_state = 'pending')`
+
+// ownerAlive is true when the task's lease owner beats: its hold needs no renewal while it does.
+const ownerAlive = `EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = t.lease_owner
+	AND r.beat_at + r.stale_after_ms * interval '1 millisecond' >= now())`
+
+// AcquireDue takes up to n due tasks into replica's hold (FOR UPDATE SKIP LOCKED): tasks whose
+// stored next poll has come that no live replica holds. A hold lasts while its replica beats
+// (the heartbeat renews all of a replica's holds in one statement); lease bounds the hold of
+// a replica that has no heartbeat row. A task taken from a replica that stopped beating
+// without handing it back is scheduled no sooner than one poll interval (at least floor,
+// defPoll when the server suggested none) after that replica's beats lapsed, the last moment
+// it could have polled, so a takeover is never less polite than the replica it replaces. The
+// poll count and next poll are not written here: the holder keeps them in memory and persists
+// them with FlushProgress.
+func (s *Store) AcquireDue(ctx context.Context, replica string, n int, lease, floor, defPoll time.Duration) ([]Acquired, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH due AS (
+			SELECT t.operation_id, t.lease_owner AS prev,
+				CASE WHEN t.lease_owner IS NOT NULL THEN coalesce(
+					(SELECT r.beat_at + r.stale_after_ms * interval '1 millisecond' FROM watcher_replicas r WHERE r.replica = t.lease_owner),
+					t.lease_expires_at, now()) END AS fence
+			FROM tasks t
+			WHERE `+watchable+`
+			  AND t.next_poll_at <= now()
+			  AND (t.lease_owner IS NULL OR (t.lease_owner <> $1 AND NOT `+ownerAlive+`
+			       AND (t.lease_expires_at IS NULL OR t.lease_expires_at < now() OR `+ownerGoneT+`)))
+			ORDER BY t.next_poll_at
+			LIMIT $2
+			FOR UPDATE OF t SKIP LOCKED)
+		UPDATE tasks t SET lease_owner = $1, lease_expires_at = now() + $3 * interval '1 millisecond',
+			next_poll_at = CASE WHEN due.fence IS NOT NULL AND t.next_poll_at <= due.fence
+				THEN due.fence + greatest(coalesce(t.poll_interval_ms, $5), $4) * interval '1 millisecond'
+				ELSE t.next_poll_at END
+		FROM due WHERE t.operation_id = due.operation_id
+		RETURNING t.operation_id, t.next_poll_at`,
+		replica, n, lease.Milliseconds(), floor.Milliseconds(), defPoll.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("acquire due tasks: %w", err)
+	}
+	type taken struct {
+		id   string
+		next time.Time
+	}
+	tk, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (taken, error) {
+		var c taken
+		return c, r.Scan(&c.id, &c.next)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acquire due tasks: %w", err)
+	}
+	if len(tk) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(tk))
+	next := make(map[string]time.Time, len(tk))
+	for i, c := range tk {
+		ids[i], next[c.id] = c.id, c.next
+	}
+	ds, err := s.LoadDue(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Acquired, 0, len(ds))
+	for _, d := range ds {
+		d.DueAt = next[d.ID]
+		out = append(out, Acquired{Due: d, NextPollAt: next[d.ID]})
+	}
+	return out, nil
+}
+
+// ownerGoneT is true when the task's lease owner has a heartbeat row and stopped beating for
+// longer than it announced: its holds pass to others however long their leases still run.
+const ownerGoneT = `EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = t.lease_owner
+	AND r.beat_at + r.stale_after_ms * interval '1 millisecond' < now())`
+
+// LoadDue reads what a watcher needs of the given tasks in one query (dueColumns). DueAt is the
+// stored next poll (zero when none).
+func (s *Store) LoadDue(ctx context.Context, ids []string) ([]Due, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+dueColumns+`, t.next_poll_at FROM operations o JOIN tasks t ON t.operation_id = o.id
+		WHERE o.id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read held tasks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Due, error) {
+		var next *time.Time
+		op, err := scanDueWith(r, &next)
+		d := Due{Operation: op}
+		if next != nil {
+			d.DueAt = *next
+			op.Task.NextPollAt = next
+		}
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read held tasks: %w", err)
+	}
+	return out, nil
+}
+
+// Progress is what a watcher persists of a held task in its periodic batch.
+type Progress struct {
+	// ID is the operation id.
+	ID string
+	// Polls are the status reads made since the stored count was last written.
+	Polls int
+	// NextPollAt is the next poll the holder scheduled.
+	NextPollAt time.Time
+}
+
+// FlushProgress writes, in one statement per 5,000 tasks, the poll counts and next polls of
+// tasks replica holds: the console shows them (lagging by at most the watcher's flush period)
+// and a replica that takes a task over starts from them. Rows the replica no longer holds get
+// only their poll counts.
+func (s *Store) FlushProgress(ctx context.Context, replica string, ps []Progress) error {
+	const chunk = 5000
+	for len(ps) > 0 {
+		part := ps[:min(chunk, len(ps))]
+		ps = ps[len(part):]
+		ids := make([]string, len(part))
+		polls := make([]int64, len(part))
+		next := make([]time.Time, len(part))
+		for i, p := range part {
+			ids[i], polls[i], next[i] = p.ID, int64(p.Polls), p.NextPollAt
+		}
+		if _, err := s.pool.Exec(ctx, `UPDATE tasks t SET polls = (t.polls + u.n)::int,
+				next_poll_at = CASE WHEN t.lease_owner = $4 AND `+watchable+` AND t.next_poll_at IS NOT NULL THEN u.next ELSE t.next_poll_at END
+			FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS u(id, n, next) WHERE t.operation_id = u.id`,
+			ids, polls, next, replica); err != nil {
+			return fmt.Errorf("persist watch progress: %w", err)
+		}
+	}
+	return nil
+}
+
+// StillHeld returns which of ids replica still holds (after its beats lapsed, other replicas
+// may have taken some).
+func (s *Store) StillHeld(ctx context.Context, replica string, ids []string) (map[string]bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT operation_id FROM tasks WHERE operation_id = ANY($1::uuid[]) AND lease_owner = $2`, ids, replica)
+	if err != nil {
+		return nil, fmt.Errorf("check held tasks: %w", err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("check held tasks: %w", err)
+	}
+	out := make(map[string]bool, len(held))
+	for _, id := range held {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// ReleaseFrom hands back the holds replica keeps under its name from an earlier run (a
+// restart under the same name, after a crash): each such task is scheduled no sooner than one
+// poll interval from now, since the earlier run may have polled it just before it died.
+func (s *Store) ReleaseFrom(ctx context.Context, replica string, floor, defPoll time.Duration) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL,
+			next_poll_at = CASE WHEN t.next_poll_at <= now() THEN now() + greatest(coalesce(t.poll_interval_ms, $3), $2) * interval '1 millisecond'
+				ELSE t.next_poll_at END
+		WHERE t.lease_owner = $1 AND t.next_poll_at IS NOT NULL`, replica, floor.Milliseconds(), defPoll.Milliseconds()); err != nil {
+		return fmt.Errorf("hand back an earlier run's tasks: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,219 @@
+package watch
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/taskgate/taskgate/mcpclient"
+)
+
+// maxSweepPages bounds one sweep; members the sweep did not reach are read with tasks/get.
+const maxSweepPages = 10_000
+
+// sweep observes the members of a group whose next poll has come (or comes within half an
+// interval: see align) with one paged tasks/list sweep of their connection, read in segments
+// at once from the cursors of the last sweep (2025-11-25, tasks.list declared): one request per page instead of
+// a tasks/get per task, each listed task observed as a tasks/get answer would be (checked
+// against the state machine, written only on change). A due member the sweep did not list is
+// read with tasks/get at once, and from then on. The next sweep comes one interval (plus
+// jitter) after this one began, so no member is observed more often than its interval.
+func (s *Service) sweep(ctx context.Context, g *group) {
+	h := &s.hold
+	start := time.Now()
+	item := g.item
+	// A quarter of a poll's jitter: one sweep per connection has no herd of polls to spread.
+	next := start.Add(g.interval + s.jitter(g.interval)/4)
+	item.next = next
+	// A member whose next poll comes within half an interval is observed now rather than a
+	// whole interval late: a task joining the group is aligned with its sweeps once, observed
+	// at most half an interval early, as its connection is listed once per interval anyway.
+	align := start.Add(g.interval / 2)
+	h.mu.Lock()
+	due := make(map[string]*entry, len(g.members))
+	var first *entry
+	earliest := time.Time{}
+	for id, m := range g.members {
+		if !m.due.After(align) && !m.reading {
+			due[id] = m
+			first = m
+		} else if earliest.IsZero() || m.due.Before(earliest) {
+			earliest = m.due
+		}
+	}
+	h.mu.Unlock()
+	if len(due) == 0 {
+		if !earliest.IsZero() {
+			item.next = earliest.Add(-g.interval / 2)
+		}
+		return
+	}
+	fallback := func(at time.Time) {
+		h.mu.Lock()
+		for _, m := range due {
+			if m.group == g && !m.reading {
+				h.schedule(m, at)
+			}
+		}
+		h.mu.Unlock()
+		h.poke()
+	}
+	conn, err := s.cfg.Servers.TaskConn(ctx, g.server, first.d.Task)
+	if err != nil {
+		fallback(start) // each is read, and fails, on its own
+		return
+	}
+	wf := s.workflow(first.d.Workflow)
+	// The pages are read in segments at once, each from a cursor the last sweep was given for
+	// its first page: a long list takes a fraction of a single chain's time. A cursor the server
+	// no longer takes ends its segment; members no segment showed are read with tasks/get.
+	starts := segmentStarts(g.cursors, s.sweepSegments(len(g.cursors)))
+	var mu sync.Mutex // due, cursors, failed
+	cursors := make([]string, 0, len(g.cursors)+1)
+	var failed error
+	var retryAt time.Time
+	segment := func(from, pages int, cursor string) {
+		for p := 0; p < maxSweepPages && (pages < 0 || p < pages); p++ {
+			page, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.ListedPage, error) {
+				return mcpclient.ListObserve(ctx, conn, cursor)
+			})
+			var seen []*entry
+			var snaps []mcpclient.Snapshot
+			mu.Lock()
+			for len(cursors) <= from+p {
+				cursors = append(cursors, "")
+			}
+			cursors[from+p] = cursor
+			for _, sn := range page.Snapshots {
+				if m := due[sn.Task.ID]; m != nil {
+					delete(due, sn.Task.ID)
+					seen = append(seen, m)
+					snaps = append(snaps, sn)
+				}
+			}
+			left := len(due)
+			if err != nil {
+				if until, ok := mcpclient.RetryAt(err); ok && until.After(retryAt) {
+					retryAt = until
+				}
+				failed = err
+			}
+			mu.Unlock()
+			s.counted(g.server, pollResult(err), seen...)
+			if err != nil {
+				return
+			}
+			pctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+			for i, m := range seen {
+				s.observeListed(pctx, g, m, conn, snaps[i], next)
+			}
+			cancel()
+			if page.NextCursor == "" || left == 0 {
+				return
+			}
+			cursor = page.NextCursor
+		}
+	}
+	var wg sync.WaitGroup
+	for k, st := range starts {
+		pages := -1 // the last segment reads to the end
+		if k+1 < len(starts) {
+			pages = starts[k+1].page - st.page
+		}
+		wg.Go(func() { segment(st.page, pages, st.cursor) })
+	}
+	wg.Wait()
+
+	g.cursors = cursors
+	if failed != nil {
+		g.cursors = nil // the next sweep reads one chain from the first page
+		if !retryAt.IsZero() {
+			item.next = retryAt
+			fallback(retryAt)
+			return
+		}
+		s.log.Info("tasks/list sweep failed; its tasks are read with tasks/get", "server", g.server, "err", failed)
+		fallback(time.Now())
+		return
+	}
+	// Due members the list did not show (another session's, or the sweep's page bound): read
+	// with tasks/get, and from then on when a single chain of pages did not show them.
+	h.mu.Lock()
+	for _, m := range due {
+		if m.group == g && !m.reading {
+			m.unlisted = len(starts) == 1
+			h.schedule(m, time.Now())
+		}
+	}
+	h.mu.Unlock()
+	h.poke()
+}
+
+// segmentStart is where a segment of a sweep begins: a page number and the cursor that page was
+// read with in the last sweep ("" for the first).
+type segmentStart struct {
+	page   int
+	cursor string
+}
+
+// segmentStarts splits the last sweep's pages (cursors[i] read page i) into at most n segments
+// of about equal length; without a last sweep, one segment from the first page.
+func segmentStarts(cursors []string, n int) []segmentStart {
+	out := []segmentStart{{}}
+	if len(cursors) < 2 || n < 2 {
+		return out
+	}
+	n = min(n, len(cursors))
+	for k := 1; k < n; k++ {
+		p := k * len(cursors) / n
+		if cursors[p] != "" && p > out[len(out)-1].page { // a page the last sweep did not reach
+			out = append(out, segmentStart{page: p, cursor: cursors[p]})
+		}
+	}
+	return out
+}
+
+// segmentPages is about how many pages one segment of a sweep reads (100): a short list is read
+// as one chain, a long one in as many segments as the server's read slots allow. Tests lower it.
+var segmentPages atomic.Int64
+
+func init() { segmentPages.Store(100) }
+
+// sweepSegments is how many segments a sweep of pages pages is read in at once: one per
+// segmentPages, at most the server's read slots (the sweep holds one slot and its segments are
+// its own reads).
+func (s *Service) sweepSegments(pages int) int {
+	per := int(segmentPages.Load())
+	return max(1, min(s.cfg.ServerParallel, (pages+per-1)/per))
+}
+
+// observeListed applies a listed status to member m as a tasks/get answer would be applied;
+// m stays in the group, due at the next sweep, unless the observation moved it.
+func (s *Service) observeListed(ctx context.Context, g *group, m *entry, conn mcpclient.Conn, snap mcpclient.Snapshot, next time.Time) {
+	h := &s.hold
+	h.mu.Lock()
+	if m.group != g || m.reading || h.tasks[m.d.ID] != m {
+		h.mu.Unlock()
+		return
+	}
+	h.leaveGroup(m)
+	m.reading = true
+	h.mu.Unlock()
+	s.metrics.lateness.Observe(max(0, time.Since(m.due).Seconds()))
+	m.next, m.drop = next, false
+	s.observed(ctx, m, conn, s.workflow(m.d.Workflow), snap)
+	h.mu.Lock()
+	n := h.settle(s, m)
+	h.mu.Unlock()
+	s.persistPolls(m.d.ID, n)
+}
+
+// jitter is the random part added to an interval: up to Jitter of it, at most MaxJitter.
+func (s *Service) jitter(iv time.Duration) time.Duration {
+	j := min(time.Duration(s.cfg.Jitter*float64(iv)), s.cfg.MaxJitter)
+	if j <= 0 {
+		return 0
+	}
+	return time.Duration(randFloat() * float64(j))
+}
