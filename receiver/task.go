@@ -466,7 +466,6 @@ func (s *taskStore) listPage(id Identity, after uint64, n int) ([]taskSnapshot, 
 	return out, false
 }
 
-
 // purge deletes expired tasks and stops their work.
 func (s *taskStore) purge() int {
 	now := s.r.cfg.Now()
