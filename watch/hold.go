@@ -62,6 +62,11 @@ type group struct {
 	// cursors are the cursors the last sweep read its pages with ("" for the first page): the
 	// next sweep starts its segments from them.
 	cursors []string
+	// offsets are how long after its start the last sweep read each page: the next sweep reads
+	// page i no sooner than offsets[i] after its own start, so a task is observed one interval
+	// after the last time wherever in the list it stands, not early in a sweep that runs faster
+	// and late in one that runs slower.
+	offsets []time.Duration
 }
 
 // dueHeap orders entries by due time.

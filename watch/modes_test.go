@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +55,28 @@ func listSetup(t *testing.T, interval time.Duration) (*opstest.Bundle, *faultpro
 type hidden struct {
 	mu  sync.Mutex
 	ids map[string]bool
+	// slow delays each tasks/list answer while set; lists records each tasks/list request.
+	slow  time.Duration
+	lists []listRead
+}
+
+// listRead is one tasks/list request: the cursor it read with ("" for the first page) and
+// when the proxy received it.
+type listRead struct {
+	cursor string
+	at     time.Time
+}
+
+func (h *hidden) setSlow(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.slow = d
+}
+
+func (h *hidden) listReads() []listRead {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]listRead(nil), h.lists...)
 }
 
 func (h *hidden) hide(id string) {
@@ -106,6 +129,17 @@ func (h *hidden) front(t testing.TB, target string) string {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if bytes.Contains(body, []byte(`"tasks/list"`)) {
 			r.Header.Set("X-Tasks-List", "1")
+			var req struct {
+				Params struct {
+					Cursor string `json:"cursor"`
+				} `json:"params"`
+			}
+			_ = json.Unmarshal(body, &req)
+			h.mu.Lock()
+			h.lists = append(h.lists, listRead{cursor: req.Params.Cursor, at: time.Now()})
+			slow := h.slow
+			h.mu.Unlock()
+			time.Sleep(slow)
 		}
 		rp.ServeHTTP(w, r)
 	})
@@ -324,6 +358,53 @@ func plainGauge(reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestEachPageIsReadAnIntervalAfterItsLastRead: after sweeps whose pages answered slowly, the
+// next sweeps, whose pages answer at once, still read each page no sooner than one interval
+// after it was last read, so a task on the last page is not observed early: each page keeps its
+// place in the interval. And the slow sweeps, which ran longer than the interval, leave no
+// trace: the sweeps go back to one per interval rather than keeping their pages that late.
+// Not parallel: it sets the sweep's segment size, which the parallel tests set for themselves.
+func TestEachPageIsReadAnIntervalAfterItsLastRead(t *testing.T) {
+	watch.SweepSegmentPages(100) // the three pages in one chain
+	const n = 3 * listPage
+	const interval = 400 * time.Millisecond
+	b, _, hide := listSetup(t, interval)
+	for i := range n {
+		b.Start(t, "refund", fmt.Sprintf("paced-%d", i), `{"outcome": "hang"}`)
+	}
+	hide.setSlow(interval) // a sweep of three pages takes three intervals
+	_, passes := b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 20*time.Second, "two slow sweeps", func() bool { return len(hide.listReads()) >= 6 })
+	hide.setSlow(0)
+	fast := len(hide.listReads())
+	opstest.WaitFor(t, passes, 20*time.Second, "six fast sweeps", func() bool { return len(hide.listReads()) >= fast+18 })
+	last := map[string]time.Time{}
+	var firstPage []time.Duration
+	for _, r := range hide.listReads() {
+		if prev, ok := last[r.cursor]; ok {
+			// A read is paced from the sweep's start; the proxy sees it a request's latency
+			// later, so allow a quarter of the interval for that.
+			gap := r.at.Sub(prev)
+			if gap < interval*3/4 {
+				t.Fatalf("page %q read %v after its last read; the interval is %v", r.cursor, gap.Round(time.Millisecond), interval)
+			}
+			if r.cursor == "" {
+				firstPage = append(firstPage, gap)
+			}
+		}
+		last[r.cursor] = r.at
+	}
+	if len(last) != 3 {
+		t.Fatalf("%d distinct pages read, want 3", len(last))
+	}
+	// The last four sweeps: one per interval (the slow ones left their pages at two intervals).
+	recent := slices.Clone(firstPage[len(firstPage)-4:])
+	slices.Sort(recent)
+	if median := recent[len(recent)/2]; median > interval*3/2 {
+		t.Fatalf("sweeps after the slow ones came %v apart (median of the last four), the interval is %v", median.Round(time.Millisecond), interval)
+	}
 }
 
 // TestALoneTaskIsSweptEveryInterval: a single task, nothing else happening, is observed by a

@@ -18,7 +18,8 @@ const maxSweepPages = 10_000
 // a tasks/get per task, each listed task observed as a tasks/get answer would be (checked
 // against the state machine, written only on change). A due member the sweep did not list is
 // read with tasks/get at once, and from then on. The next sweep comes one interval (plus
-// jitter) after this one began, so no member is observed more often than its interval.
+// jitter) after this one began, and reads each page no sooner after its start than this one
+// did, so no member is observed more often than its interval, wherever in the list it stands.
 func (s *Service) sweep(ctx context.Context, g *group) {
 	h := &s.hold
 	start := time.Now()
@@ -69,12 +70,23 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	// its first page: a long list takes a fraction of a single chain's time. A cursor the server
 	// no longer takes ends its segment; members no segment showed are read with tasks/get.
 	starts := segmentStarts(g.cursors, s.sweepSegments(len(g.cursors)))
-	var mu sync.Mutex // due, cursors, failed
+	paced := g.offsets
+	var mu sync.Mutex // due, cursors, offsets, failed
 	cursors := make([]string, 0, len(g.cursors)+1)
+	offsets := make([]time.Duration, 0, len(g.cursors)+1)
 	var failed error
 	var retryAt time.Time
 	segment := func(from, pages int, cursor string) {
 		for p := 0; p < maxSweepPages && (pages < 0 || p < pages); p++ {
+			if i := from + p; i < len(paced) {
+				// At most three quarters into the interval: a sweep that once ran long (a slow
+				// server, a pause) would otherwise keep its pages that late, and every sweep after
+				// it longer than the interval.
+				if !sleepUntil(ctx, start.Add(min(paced[i], g.interval*3/4))) {
+					return
+				}
+			}
+			at := time.Since(start)
 			page, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.ListedPage, error) {
 				return mcpclient.ListObserve(ctx, conn, cursor)
 			})
@@ -83,8 +95,9 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 			mu.Lock()
 			for len(cursors) <= from+p {
 				cursors = append(cursors, "")
+				offsets = append(offsets, 0)
 			}
-			cursors[from+p] = cursor
+			cursors[from+p], offsets[from+p] = cursor, at
 			for _, sn := range page.Snapshots {
 				if m := due[sn.Task.ID]; m != nil {
 					delete(due, sn.Task.ID)
@@ -125,9 +138,9 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	}
 	wg.Wait()
 
-	g.cursors = cursors
+	g.cursors, g.offsets = cursors, offsets
 	if failed != nil {
-		g.cursors = nil // the next sweep reads one chain from the first page
+		g.cursors, g.offsets = nil, nil // the next sweep reads one chain from the first page
 		if !retryAt.IsZero() {
 			item.next = retryAt
 			fallback(retryAt)
@@ -148,6 +161,22 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	}
 	h.mu.Unlock()
 	h.poke()
+}
+
+// sleepUntil waits until t, reporting false when ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
 }
 
 // segmentStart is where a segment of a sweep begins: a page number and the cursor that page was
