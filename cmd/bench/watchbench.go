@@ -330,8 +330,8 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 			wf.NotifyPollsPerTaskInterval = ptr(round3(m.Amplification * poll.Seconds() / every.Seconds()))
 			wf.NotifyLatenessP99Ms = ptr(m.LatenessP99Ms)
 		}
-		fmt.Fprintf(e.o.Log, "bench: watch %d tasks, %s: lateness p99 %.0f ms, %d observations, %.3f ms CPU per task-interval\n",
-			len(first), mode, m.LatenessP99Ms, m.Observations, perInterval)
+		fmt.Fprintf(e.o.Log, "bench: watch %d tasks, %s: lateness p99 %.0f ms, %d observations, %.3f ms CPU per task-interval (console %.0f ms + PostgreSQL %.0f ms over %.1f s)\n",
+			len(first), mode, m.LatenessP99Ms, m.Observations, perInterval, m.selfMs, m.pgMs, m.Seconds)
 	}
 	return e.handBack(ctx, "bench_watch1")
 }
