@@ -62,11 +62,9 @@ type group struct {
 	// cursors are the cursors the last sweep read its pages with ("" for the first page): the
 	// next sweep starts its segments from them.
 	cursors []string
-	// offsets are how long after its start the last sweep read each page: the next sweep reads
-	// page i no sooner than offsets[i] after its own start, so a task is observed one interval
-	// after the last time wherever in the list it stands, not early in a sweep that runs faster
-	// and late in one that runs slower.
-	offsets []time.Duration
+	// reads are when the last sweep sent its request for each page: the next reads a page no
+	// sooner than one interval after.
+	reads []time.Time
 }
 
 // dueHeap orders entries by due time.

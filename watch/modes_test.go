@@ -360,13 +360,13 @@ func plainGauge(reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// TestEachPageIsReadAnIntervalAfterItsLastRead: after sweeps whose pages answered slowly, the
-// next sweeps, whose pages answer at once, still read each page no sooner than one interval
-// after it was last read, so a task on the last page is not observed early: each page keeps its
-// place in the interval. And the slow sweeps, which ran longer than the interval, leave no
-// trace: the sweeps go back to one per interval rather than keeping their pages that late.
-// Not parallel: it sets the sweep's segment size, which the parallel tests set for themselves.
-func TestEachPageIsReadAnIntervalAfterItsLastRead(t *testing.T) {
+// TestSweepsReadTheirPagesAtASteadyPace: a sweep spreads the pages the last sweep read over the
+// first half of the interval instead of reading them in one burst; no page is read sooner
+// than an interval after its last read, not even after sweeps whose pages answered slowly and
+// ran longer than the interval; and those sweeps leave no trace: the sweeps after them come one
+// per interval again. Not parallel: it sets the
+// sweep's segment size, which the parallel tests set for themselves.
+func TestSweepsReadTheirPagesAtASteadyPace(t *testing.T) {
 	watch.SweepSegmentPages(100) // the three pages in one chain
 	const n = 3 * listPage
 	const interval = 400 * time.Millisecond
@@ -374,24 +374,49 @@ func TestEachPageIsReadAnIntervalAfterItsLastRead(t *testing.T) {
 	for i := range n {
 		b.Start(t, "refund", fmt.Sprintf("paced-%d", i), `{"outcome": "hang"}`)
 	}
-	hide.setSlow(interval) // a sweep of three pages takes three intervals
 	_, passes := b.Watcher(t, "r1", nil)
-	opstest.WaitFor(t, passes, 20*time.Second, "two slow sweeps", func() bool { return len(hide.listReads()) >= 6 })
+	opstest.WaitFor(t, passes, 20*time.Second, "six sweeps", func() bool { return len(hide.listReads()) >= 18 })
+	// A sweep after one that read the three pages spreads them over the first half of the
+	// interval: its third page two thirds of the way through (133 ms after the first).
+	var sweeps [][]listRead
+	spread := 0
+	for _, r := range hide.listReads() {
+		if r.cursor == "" || len(sweeps) == 0 {
+			sweeps = append(sweeps, nil)
+		}
+		sweeps[len(sweeps)-1] = append(sweeps[len(sweeps)-1], r)
+	}
+	for k, sw := range sweeps[:len(sweeps)-1] {
+		if k == 0 || len(sw) != 3 || len(sweeps[k-1]) != 3 {
+			continue // a sweep that knew fewer pages (a sweep ends once it saw every task due)
+		}
+		spread++
+		if span := sw[2].at.Sub(sw[0].at); span < interval/8 {
+			t.Fatalf("a sweep read its three pages within %v: not spread over half the %v interval", span.Round(time.Millisecond), interval)
+		}
+	}
+	if spread < 2 {
+		t.Fatalf("%d sweeps after one of three pages, want at least 2", spread)
+	}
+	hide.setSlow(interval) // a sweep of three pages takes three intervals
+	slow := len(hide.listReads())
+	opstest.WaitFor(t, passes, 20*time.Second, "two slow sweeps", func() bool { return len(hide.listReads()) >= slow+6 })
 	hide.setSlow(0)
 	fast := len(hide.listReads())
 	opstest.WaitFor(t, passes, 20*time.Second, "six fast sweeps", func() bool { return len(hide.listReads()) >= fast+18 })
+	reads := hide.listReads()
 	last := map[string]time.Time{}
-	var firstPage []time.Duration
-	for _, r := range hide.listReads() {
+	var periods []time.Duration
+	for _, r := range reads {
 		if prev, ok := last[r.cursor]; ok {
-			// A read is paced from the sweep's start; the proxy sees it a request's latency
-			// later, so allow a quarter of the interval for that.
+			// The proxy sees a read a request's latency after it was sent: a quarter of the
+			// interval is allowed for that.
 			gap := r.at.Sub(prev)
 			if gap < interval*3/4 {
 				t.Fatalf("page %q read %v after its last read; the interval is %v", r.cursor, gap.Round(time.Millisecond), interval)
 			}
 			if r.cursor == "" {
-				firstPage = append(firstPage, gap)
+				periods = append(periods, gap)
 			}
 		}
 		last[r.cursor] = r.at
@@ -399,8 +424,8 @@ func TestEachPageIsReadAnIntervalAfterItsLastRead(t *testing.T) {
 	if len(last) != 3 {
 		t.Fatalf("%d distinct pages read, want 3", len(last))
 	}
-	// The last four sweeps: one per interval (the slow ones left their pages at two intervals).
-	recent := slices.Clone(firstPage[len(firstPage)-4:])
+	// The last four sweeps: one per interval again (the slow ones took three).
+	recent := slices.Clone(periods[len(periods)-4:])
 	slices.Sort(recent)
 	if median := recent[len(recent)/2]; median > interval*3/2 {
 		t.Fatalf("sweeps after the slow ones came %v apart (median of the last four), the interval is %v", median.Round(time.Millisecond), interval)
@@ -429,12 +454,16 @@ func TestASweepInSegmentsObservesEveryTaskOnce(t *testing.T) {
 	watch.SweepSegmentPages(1) // one segment per page: 3 at once for 45 tasks
 	const n = 45
 	const interval = 100 * time.Millisecond
-	b, proxy, _ := listSetup(t, interval)
+	b, proxy, hide := listSetup(t, interval)
 	var taskIDs []string
 	for i := range n {
 		id := b.Start(t, "refund", fmt.Sprintf("seg-%d", i), `{"outcome": "hang"}`).Response.OperationID
 		taskIDs = append(taskIDs, b.Detail(t, id).Task.TaskID)
 	}
+	// Each page takes longer to answer than the pages' places are apart (a sweep spreads them
+	// over half the interval): a page is asked for while the one before it is still unanswered
+	// only if the sweep reads in segments.
+	hide.setSlow(40 * time.Millisecond)
 	_, passes := b.Watcher(t, "r1", nil)
 	opstest.WaitFor(t, passes, 20*time.Second, "sweeps", func() bool { return requests(proxy, "tasks/list", time.Time{})[""] >= 6 })
 	began := time.Now()
