@@ -62,9 +62,6 @@ type group struct {
 	// cursors are the cursors the last sweep read its pages with ("" for the first page): the
 	// next sweep starts its segments from them.
 	cursors []string
-	// reads are when the last sweep sent its request for each page: the next reads a page no
-	// sooner than one interval after.
-	reads []time.Time
 }
 
 // dueHeap orders entries by due time.

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -55,28 +54,14 @@ func listSetup(t *testing.T, interval time.Duration) (*opstest.Bundle, *faultpro
 type hidden struct {
 	mu  sync.Mutex
 	ids map[string]bool
-	// slow delays each tasks/list answer while set; lists records each tasks/list request.
-	slow  time.Duration
-	lists []listRead
-}
-
-// listRead is one tasks/list request: the cursor it read with ("" for the first page) and
-// when the proxy received it.
-type listRead struct {
-	cursor string
-	at     time.Time
+	// slow delays each tasks/list answer while set.
+	slow time.Duration
 }
 
 func (h *hidden) setSlow(d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.slow = d
-}
-
-func (h *hidden) listReads() []listRead {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]listRead(nil), h.lists...)
 }
 
 func (h *hidden) hide(id string) {
@@ -129,14 +114,7 @@ func (h *hidden) front(t testing.TB, target string) string {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if bytes.Contains(body, []byte(`"tasks/list"`)) {
 			r.Header.Set("X-Tasks-List", "1")
-			var req struct {
-				Params struct {
-					Cursor string `json:"cursor"`
-				} `json:"params"`
-			}
-			_ = json.Unmarshal(body, &req)
 			h.mu.Lock()
-			h.lists = append(h.lists, listRead{cursor: req.Params.Cursor, at: time.Now()})
 			slow := h.slow
 			h.mu.Unlock()
 			time.Sleep(slow)
@@ -360,78 +338,6 @@ func plainGauge(reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// TestSweepsReadTheirPagesAtASteadyPace: a sweep spreads the pages the last sweep read over the
-// first half of the interval instead of reading them in one burst; no page is read sooner
-// than an interval after its last read, not even after sweeps whose pages answered slowly and
-// ran longer than the interval; and those sweeps leave no trace: the sweeps after them come one
-// per interval again. Not parallel: it sets the
-// sweep's segment size, which the parallel tests set for themselves.
-func TestSweepsReadTheirPagesAtASteadyPace(t *testing.T) {
-	watch.SweepSegmentPages(100) // the three pages in one chain
-	const n = 3 * listPage
-	const interval = 400 * time.Millisecond
-	b, _, hide := listSetup(t, interval)
-	for i := range n {
-		b.Start(t, "refund", fmt.Sprintf("paced-%d", i), `{"outcome": "hang"}`)
-	}
-	_, passes := b.Watcher(t, "r1", nil)
-	opstest.WaitFor(t, passes, 20*time.Second, "six sweeps", func() bool { return len(hide.listReads()) >= 18 })
-	// A sweep after one that read the three pages spreads them over the first half of the
-	// interval: its third page two thirds of the way through (133 ms after the first).
-	var sweeps [][]listRead
-	spread := 0
-	for _, r := range hide.listReads() {
-		if r.cursor == "" || len(sweeps) == 0 {
-			sweeps = append(sweeps, nil)
-		}
-		sweeps[len(sweeps)-1] = append(sweeps[len(sweeps)-1], r)
-	}
-	for k, sw := range sweeps[:len(sweeps)-1] {
-		if k == 0 || len(sw) != 3 || len(sweeps[k-1]) != 3 {
-			continue // a sweep that knew fewer pages (a sweep ends once it saw every task due)
-		}
-		spread++
-		if span := sw[2].at.Sub(sw[0].at); span < interval/8 {
-			t.Fatalf("a sweep read its three pages within %v: not spread over half the %v interval", span.Round(time.Millisecond), interval)
-		}
-	}
-	if spread < 2 {
-		t.Fatalf("%d sweeps after one of three pages, want at least 2", spread)
-	}
-	hide.setSlow(interval) // a sweep of three pages takes three intervals
-	slow := len(hide.listReads())
-	opstest.WaitFor(t, passes, 20*time.Second, "two slow sweeps", func() bool { return len(hide.listReads()) >= slow+6 })
-	hide.setSlow(0)
-	fast := len(hide.listReads())
-	opstest.WaitFor(t, passes, 20*time.Second, "six fast sweeps", func() bool { return len(hide.listReads()) >= fast+18 })
-	reads := hide.listReads()
-	last := map[string]time.Time{}
-	var periods []time.Duration
-	for _, r := range reads {
-		if prev, ok := last[r.cursor]; ok {
-			// The proxy sees a read a request's latency after it was sent: a quarter of the
-			// interval is allowed for that.
-			gap := r.at.Sub(prev)
-			if gap < interval*3/4 {
-				t.Fatalf("page %q read %v after its last read; the interval is %v", r.cursor, gap.Round(time.Millisecond), interval)
-			}
-			if r.cursor == "" {
-				periods = append(periods, gap)
-			}
-		}
-		last[r.cursor] = r.at
-	}
-	if len(last) != 3 {
-		t.Fatalf("%d distinct pages read, want 3", len(last))
-	}
-	// The last four sweeps: one per interval again (the slow ones took three).
-	recent := slices.Clone(periods[len(periods)-4:])
-	slices.Sort(recent)
-	if median := recent[len(recent)/2]; median > interval*3/2 {
-		t.Fatalf("sweeps after the slow ones came %v apart (median of the last four), the interval is %v", median.Round(time.Millisecond), interval)
-	}
-}
-
 // TestALoneTaskIsSweptEveryInterval: a single task, nothing else happening, is observed by a
 // sweep each interval once it joined its connection's sweep group (the group's first sweep
 // wakes the scheduler by itself).
@@ -460,9 +366,8 @@ func TestASweepInSegmentsObservesEveryTaskOnce(t *testing.T) {
 		id := b.Start(t, "refund", fmt.Sprintf("seg-%d", i), `{"outcome": "hang"}`).Response.OperationID
 		taskIDs = append(taskIDs, b.Detail(t, id).Task.TaskID)
 	}
-	// Each page takes longer to answer than the pages' places are apart (a sweep spreads them
-	// over half the interval): a page is asked for while the one before it is still unanswered
-	// only if the sweep reads in segments.
+	// Each page takes a while to answer: a page is asked for while the one before it is still
+	// unanswered only if the sweep reads in segments.
 	hide.setSlow(40 * time.Millisecond)
 	_, passes := b.Watcher(t, "r1", nil)
 	opstest.WaitFor(t, passes, 20*time.Second, "sweeps", func() bool { return requests(proxy, "tasks/list", time.Time{})[""] >= 6 })

@@ -18,9 +18,7 @@ const maxSweepPages = 10_000
 // a tasks/get per task, each listed task observed as a tasks/get answer would be (checked
 // against the state machine, written only on change). A due member the sweep did not list is
 // read with tasks/get at once, and from then on. The next sweep comes one interval (plus
-// jitter) after this one began and reads its pages spread evenly over the first half of the
-// interval, each no sooner than one interval after its last read, so a member is observed about
-// one interval after the last time wherever in the list it stands, never sooner.
+// jitter) after this one began, so no member is observed more often than its interval.
 func (s *Service) sweep(ctx context.Context, g *group) {
 	h := &s.hold
 	start := time.Now()
@@ -71,31 +69,12 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	// its first page: a long list takes a fraction of a single chain's time. A cursor the server
 	// no longer takes ends its segment; members no segment showed are read with tasks/get.
 	starts := segmentStarts(g.cursors, s.sweepSegments(len(g.cursors)))
-	// Each page the last sweep read has its place in the first half of the interval, spread
-	// evenly: a sweep reads at a steady pace rather than in one burst, so a pause on the machine
-	// (a checkpoint, a collection) delays the pages read during it, not every page after them in
-	// their segments. A page is read no sooner than one interval after its last read: a page a
-	// slow sweep read late waits for its interval in the next sweep (by less in each sweep after,
-	// as the sweeps' jitter takes the delay back).
-	places := len(g.cursors)
-	spread := g.interval / 2
-	var mu sync.Mutex // due, cursors, reads, failed
+	var mu sync.Mutex // due, cursors, failed
 	cursors := make([]string, 0, len(g.cursors)+1)
-	reads := make([]time.Time, 0, len(g.cursors)+1)
 	var failed error
 	var retryAt time.Time
 	segment := func(from, pages int, cursor string) {
 		for p := 0; p < maxSweepPages && (pages < 0 || p < pages); p++ {
-			if i := from + p; i < places {
-				at := start.Add(spread * time.Duration(i) / time.Duration(places))
-				if i < len(g.reads) {
-					at = later(at, g.reads[i].Add(g.interval))
-				}
-				if !sleepUntil(ctx, at) {
-					return
-				}
-			}
-			sent := time.Now()
 			page, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.ListedPage, error) {
 				return mcpclient.ListObserve(ctx, conn, cursor)
 			})
@@ -104,9 +83,8 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 			mu.Lock()
 			for len(cursors) <= from+p {
 				cursors = append(cursors, "")
-				reads = append(reads, time.Time{})
 			}
-			cursors[from+p], reads[from+p] = cursor, sent
+			cursors[from+p] = cursor
 			for _, sn := range page.Snapshots {
 				if m := due[sn.Task.ID]; m != nil {
 					delete(due, sn.Task.ID)
@@ -147,9 +125,9 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	}
 	wg.Wait()
 
-	g.cursors, g.reads = cursors, reads
+	g.cursors = cursors
 	if failed != nil {
-		g.cursors, g.reads = nil, nil // the next sweep reads one chain from the first page
+		g.cursors = nil // the next sweep reads one chain from the first page
 		if !retryAt.IsZero() {
 			item.next = retryAt
 			fallback(retryAt)
@@ -170,30 +148,6 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	}
 	h.mu.Unlock()
 	h.poke()
-}
-
-// later is the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// sleepUntil waits until t, reporting false when ctx ended first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
 }
 
 // segmentStart is where a segment of a sweep begins: a page number and the cursor that page was
