@@ -51,10 +51,7 @@ func Mismatch(state TaskState, toolError bool, outcome Outcome) bool {
 func filterWhere(scope Scope, f Filter) ([]string, []any) {
 	var where []string
 	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
+	arg := binder(&args)
 	if !scope.All {
 		where = append(where, "o.tenant = ANY("+arg(scope.Tenants)+")")
 	}
@@ -106,10 +103,7 @@ const storedMismatchSQL = `((task_state IN ('failed', 'cancelled') OR (task_stat
 // storedWhere is filterWhere (without Search) on the columns of overview_ops and
 // overview_totals, which name an operation's facts alike, adding its values to args.
 func storedWhere(scope Scope, f Filter, args *[]any) []string {
-	arg := func(v any) string {
-		*args = append(*args, v)
-		return fmt.Sprintf("$%d", len(*args))
-	}
+	arg := binder(args)
 	var where []string
 	if !scope.All {
 		where = append(where, "tenant = ANY("+arg(scope.Tenants)+")")

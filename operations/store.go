@@ -595,6 +595,14 @@ func (s *Store) list(ctx context.Context, scope Scope, f Filter, counted bool) (
 	return p, nil
 }
 
+// binder returns arg, which appends v to *args and names it as the query's parameter ($n).
+func binder(args *[]any) func(v any) string {
+	return func(v any) string {
+		*args = append(*args, v)
+		return fmt.Sprintf("$%d", len(*args))
+	}
+}
+
 // searchQuery is the query of a search's total and the ids of its page (f.Limit and one more,
 // in list order), from the candidates the search index finds.
 func searchQuery(scope Scope, f Filter) (string, []any, error) {
@@ -607,10 +615,7 @@ func searchQuery(scope Scope, f Filter) (string, []any, error) {
 		}
 	}
 	where, args := filterWhere(scope, f)
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
+	arg := binder(&args)
 	where = append(where, "o.id IN ("+searchCandidates(scope, f, &args)+")")
 	page := "true"
 	if f.After != "" {
@@ -634,10 +639,7 @@ func listQuery(scope Scope, f Filter, counted bool) (string, []any, error) {
 		}
 	}
 	where, args := filterWhere(scope, f)
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
+	arg := binder(&args)
 	// The page's ids first, then their rows: the columns' subqueries (NeedsPersonSQL) are
 	// planned for the page's rows, not for every row the filter could select.
 	var with, ids string
@@ -675,10 +677,7 @@ func listQuery(scope Scope, f Filter, counted bool) (string, []any, error) {
 // finds by its indexes among the operations not dirty, and the dirty ones; the list's own
 // conditions then decide on the ledger's rows.
 func searchCandidates(scope Scope, f Filter, args *[]any) string {
-	arg := func(v any) string {
-		*args = append(*args, v)
-		return fmt.Sprintf("$%d", len(*args))
-	}
+	arg := binder(args)
 	q := strings.TrimSpace(f.Search)
 	match := []string{"object_ref ILIKE " + arg("%"+strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(q)+"%"),
 		"idempotency_key = " + arg(q), "task_id = " + arg(q)}
