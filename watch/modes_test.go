@@ -357,7 +357,6 @@ func TestALoneTaskIsSweptEveryInterval(t *testing.T) {
 // tasks/get and lists each page once per interval.
 func TestASweepInSegmentsObservesEveryTaskOnce(t *testing.T) {
 	t.Parallel()
-	watch.SweepSegmentPages(1) // one segment per page: 3 at once for 45 tasks
 	const n = 45
 	const interval = 100 * time.Millisecond
 	b, proxy, hide := listSetup(t, interval)
@@ -369,7 +368,8 @@ func TestASweepInSegmentsObservesEveryTaskOnce(t *testing.T) {
 	// Each page takes a while to answer: a page is asked for while the one before it is still
 	// unanswered only if the sweep reads in segments.
 	hide.setSlow(40 * time.Millisecond)
-	_, passes := b.Watcher(t, "r1", nil)
+	// One segment per page: 3 at once for 45 tasks.
+	_, passes := b.Watcher(t, "r1", func(c *watch.Config) { c.SweepSegmentPages = 1 })
 	opstest.WaitFor(t, passes, 20*time.Second, "sweeps", func() bool { return requests(proxy, "tasks/list", time.Time{})[""] >= 6 })
 	began := time.Now()
 	opstest.WaitFor(t, passes, 20*time.Second, "ten more sweeps", func() bool { return requests(proxy, "tasks/list", began)[""] >= 30 })

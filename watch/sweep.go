@@ -3,7 +3,6 @@ package watch
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/taskgate/taskgate/mcpclient"
@@ -174,17 +173,11 @@ func segmentStarts(cursors []string, n int) []segmentStart {
 	return out
 }
 
-// segmentPages is about how many pages one segment of a sweep reads (100): a short list is read
-// as one chain, a long one in as many segments as the server's read slots allow. Tests lower it.
-var segmentPages atomic.Int64
-
-func init() { segmentPages.Store(100) }
-
 // sweepSegments is how many segments a sweep of pages pages is read in at once: one per
-// segmentPages, at most the server's read slots (the sweep holds one slot and its segments are
-// its own reads).
+// SweepSegmentPages, at most the server's read slots (the sweep holds one slot and its segments
+// are its own reads).
 func (s *Service) sweepSegments(pages int) int {
-	per := int(segmentPages.Load())
+	per := s.cfg.SweepSegmentPages
 	return max(1, min(s.cfg.ServerParallel, (pages+per-1)/per))
 }
 

@@ -107,6 +107,10 @@ type Config struct {
 	// NoListSweep turns off tasks/list sweeps: every task is read with tasks/get even where the
 	// server declares tasks.list.
 	NoListSweep bool
+	// SweepSegmentPages is about how many pages one segment of a tasks/list sweep reads
+	// (default 100): a short list is read as one chain, a long one in as many segments at once
+	// as the server's read slots (ServerParallel) allow.
+	SweepSegmentPages int
 	// NoNotifications turns off the slower safety-net polling of tasks whose connection
 	// delivers status notifications: they are polled at their interval like any other.
 	NoNotifications bool
@@ -165,6 +169,9 @@ func (c *Config) validate() error {
 	def(&c.MaxJitter, 100*time.Millisecond)
 	def(&c.Coalesce, min(50*time.Millisecond, c.PollFloor/5))
 	def(&c.SafetyNet, 30*time.Second)
+	if c.SweepSegmentPages <= 0 {
+		c.SweepSegmentPages = 100
+	}
 	def(&c.UnobservableGrace, 30*time.Second)
 	def(&c.PassTimeout, 30*time.Second)
 	def(&c.Heartbeat, time.Second)
