@@ -31,7 +31,8 @@ const ownerAlive = `EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = t
 	AND r.beat_at + r.stale_after_ms * interval '1 millisecond' >= now())`
 
 // AcquireDue takes up to n due tasks into replica's hold (FOR UPDATE SKIP LOCKED): tasks whose
-// stored next poll has come that no live replica holds. A hold lasts while its replica beats
+// stored next poll comes within ahead that no live replica holds (the holder polls each when it
+// falls due, so a replica taking tasks in every ahead has each in hand before its poll). A hold lasts while its replica beats
 // (the heartbeat renews all of a replica's holds in one statement); lease bounds the hold of
 // a replica that has no heartbeat row. A task taken from a replica that stopped beating
 // without handing it back is scheduled no sooner than one poll interval (at least floor,
@@ -39,7 +40,7 @@ const ownerAlive = `EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = t
 // it could have polled, so a takeover is never less polite than the replica it replaces. The
 // poll count and next poll are not written here: the holder keeps them in memory and persists
 // them with FlushProgress.
-func (s *Store) AcquireDue(ctx context.Context, replica string, n int, lease, floor, defPoll time.Duration) ([]Acquired, error) {
+func (s *Store) AcquireDue(ctx context.Context, replica string, n int, ahead, lease, floor, defPoll time.Duration) ([]Acquired, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH due AS (
 			SELECT t.operation_id, t.lease_owner AS prev,
@@ -48,7 +49,7 @@ func (s *Store) AcquireDue(ctx context.Context, replica string, n int, lease, fl
 					t.lease_expires_at, now()) END AS fence
 			FROM tasks t
 			WHERE `+watchable+`
-			  AND t.next_poll_at <= now()
+			  AND t.next_poll_at <= now() + $6 * interval '1 millisecond'
 			  AND (t.lease_owner IS NULL OR (t.lease_owner <> $1 AND NOT `+ownerAlive+`
 			       AND (t.lease_expires_at IS NULL OR t.lease_expires_at < now() OR `+ownerGoneT+`)))
 			ORDER BY t.next_poll_at
@@ -60,7 +61,7 @@ func (s *Store) AcquireDue(ctx context.Context, replica string, n int, lease, fl
 				ELSE t.next_poll_at END
 		FROM due WHERE t.operation_id = due.operation_id
 		RETURNING t.operation_id, t.next_poll_at`,
-		replica, n, lease.Milliseconds(), floor.Milliseconds(), defPoll.Milliseconds())
+		replica, n, lease.Milliseconds(), floor.Milliseconds(), defPoll.Milliseconds(), ahead.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("acquire due tasks: %w", err)
 	}

@@ -65,8 +65,10 @@ type Config struct {
 	// Parallel): a slow server holds no more than this many pollers. A due task of a server
 	// at its limit waits, holding no poller, for one of that server's reads to end.
 	ServerParallel int
-	// Interval is the pause between passes, each of which takes due tasks into the hold and
-	// follows due jobs (default 100ms). Held tasks are polled as they fall due, not by passes.
+	// Interval is the pause between passes, each of which takes into the hold the tasks falling
+	// due before the next pass and follows due jobs (default 250ms, the default PollFloor: a task
+	// started with the shortest interval is in hand before its first poll). Held tasks are polled
+	// as they fall due, not by passes.
 	Interval time.Duration
 	// Lease bounds how long a task stays held by a replica that has no heartbeat row (default
 	// 30s). While a replica beats, its holds need no renewal.
@@ -161,7 +163,7 @@ func (c *Config) validate() error {
 	if c.ServerParallel > c.Parallel {
 		return fmt.Errorf("watch: ServerParallel %d above Parallel %d", c.ServerParallel, c.Parallel)
 	}
-	def(&c.Interval, 100*time.Millisecond)
+	def(&c.Interval, 250*time.Millisecond)
 	def(&c.Lease, 30*time.Second)
 	def(&c.FlushEvery, 2*time.Second)
 	def(&c.PollFloor, 250*time.Millisecond)
@@ -419,14 +421,15 @@ func (s *Service) loop(ctx context.Context) {
 	}
 }
 
-// runOnce takes due tasks into the hold and follows due jobs. It returns how many tasks it took.
+// runOnce takes the tasks falling due before the next pass into the hold and follows due jobs.
+// It returns how many tasks it took.
 func (s *Service) runOnce(loop context.Context) (int, error) {
 	if s.fenced() {
 		return 0, nil
 	}
 	ctx, cancel := context.WithTimeout(loop, s.cfg.PassTimeout)
 	defer cancel()
-	got, err := s.store.AcquireDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll)
+	got, err := s.store.AcquireDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Interval, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll)
 	if err != nil {
 		return 0, err
 	}
