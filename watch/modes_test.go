@@ -121,14 +121,21 @@ func (h *hidden) front(t testing.TB, target string) string {
 		}
 		rp.ServeHTTP(w, r)
 	})
+	return serveLoopback(t, h2, u.Path)
+}
+
+// serveLoopback serves h on a free port of 127.0.0.1 until the test ends and returns its URL
+// with path.
+func serveLoopback(t testing.TB, h http.Handler, path string) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h2, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + ln.Addr().String() + u.Path
+	return "http://" + ln.Addr().String() + path
 }
 
 // requests counts the proxy's requests of method after since, by task id ("" for tasks/list).
@@ -314,7 +321,7 @@ func TestAmplificationIsReportedForTasksInFlight(t *testing.T) {
 	_, passes := b.Watcher(t, "r1", func(c *watch.Config) { c.Registerer = reg; c.FlushEvery = 500 * time.Millisecond })
 	var amp float64
 	opstest.WaitFor(t, passes, 20*time.Second, "an in-flight amplification", func() bool {
-		amp = plainGauge(reg, "taskgate_watch_polling_amplification_in_flight")
+		amp = plainMetric(t, reg, "taskgate_watch_polling_amplification_in_flight")
 		return amp > 0
 	})
 	var working int
@@ -325,17 +332,6 @@ func TestAmplificationIsReportedForTasksInFlight(t *testing.T) {
 		t.Fatalf("in-flight amplification %.2f: tasks polled more often than their interval", amp)
 	}
 	t.Logf("in-flight amplification %.2f", amp)
-}
-
-// plainGauge is the value of an unlabelled gauge (0 when not gathered).
-func plainGauge(reg *prometheus.Registry, name string) float64 {
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	return 0
 }
 
 // TestALoneTaskIsSweptEveryInterval: a single task, nothing else happening, is observed by a

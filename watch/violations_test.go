@@ -169,7 +169,7 @@ func TestStatusAnswerOvertakenByAnotherReplicasCompletionIsNoViolation(t *testin
 			if n := counterValue(t, reg, "taskgate_watch_transition_violations_total", "kind", "transition"); n != 0 {
 				t.Fatalf("violations counted %v", n)
 			}
-			if n := plainCounter(t, reg, "taskgate_watch_stale_observations_total"); n < 1 {
+			if n := plainMetric(t, reg, "taskgate_watch_stale_observations_total"); n < 1 {
 				t.Fatalf("stale observations counted %v, want the held answer", n)
 			}
 		})
@@ -189,7 +189,8 @@ func elsewhere(msg map[string]any) bool {
 	return true
 }
 
-func plainCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// plainMetric is the value of an unlabelled counter or gauge (0 when not gathered).
+func plainMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -197,7 +198,8 @@ func plainCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			m := mf.GetMetric()[0]
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return 0
@@ -229,7 +231,7 @@ func TestWorkingAnswerOvertakenByTheQuestionLeavesItOpen(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	_, passes := b.Watcher(t, "w1", func(c *watch.Config) { c.Registerer = reg })
 	opstest.WaitFor(t, passes, 15*time.Second, "the held answer delivered", func() bool {
-		return held.Load() && plainCounter(t, reg, "taskgate_watch_stale_observations_total") >= 1
+		return held.Load() && plainMetric(t, reg, "taskgate_watch_stale_observations_total") >= 1
 	})
 	opstest.WaitFor(t, passes, 15*time.Second, "the question stored", func() bool { return len(b.Detail(t, id).Inputs) > 0 })
 	d := b.Detail(t, id)
