@@ -2,7 +2,6 @@ package operations
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,14 +12,6 @@ import (
 
 	"github.com/taskgate/taskgate/internal/pgtest"
 )
-
-// planNode is one node of a plan in EXPLAIN's JSON form.
-type planNode struct {
-	NodeType string     `json:"Node Type"`
-	Relation string     `json:"Relation Name"`
-	Index    string     `json:"Index Name"`
-	Plans    []planNode `json:"Plans"`
-}
 
 // planScans lists the scans of q's plan as "Node Type relation index" (a bitmap index scan
 // names no relation), joined by "; ".
@@ -43,23 +34,10 @@ func planScansWith(t *testing.T, pool *pgxpool.Pool, set, q string, args ...any)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, q)
 	}
-	var plans []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal(raw, &plans); err != nil {
+	out, err := pgtest.PlanScans(raw)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	var walk func(n planNode)
-	walk = func(n planNode) {
-		if n.Relation != "" || n.Index != "" {
-			out = append(out, strings.Join(strings.Fields(n.NodeType+" "+n.Relation+" "+n.Index), " "))
-		}
-		for _, c := range n.Plans {
-			walk(c)
-		}
-	}
-	walk(plans[0].Plan)
 	return strings.Join(out, "; ")
 }
 

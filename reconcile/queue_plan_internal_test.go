@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -13,14 +12,6 @@ import (
 	"github.com/taskgate/taskgate/internal/pgtest"
 )
 
-// planNode is one node of a plan in EXPLAIN's JSON form.
-type planNode struct {
-	NodeType string     `json:"Node Type"`
-	Relation string     `json:"Relation Name"`
-	Index    string     `json:"Index Name"`
-	Plans    []planNode `json:"Plans"`
-}
-
 // scans lists the plan's scans as "Node Type relation index" (a bitmap index scan names no
 // relation).
 func scans(t *testing.T, pool *pgxpool.Pool, q string, args ...any) []string {
@@ -29,23 +20,10 @@ func scans(t *testing.T, pool *pgxpool.Pool, q string, args ...any) []string {
 	if err := pool.QueryRow(context.Background(), `EXPLAIN (FORMAT JSON) `+q, args...).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
-	var plans []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal(raw, &plans); err != nil {
+	out, err := pgtest.PlanScans(raw)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	var walk func(n planNode)
-	walk = func(n planNode) {
-		if n.Relation != "" || n.Index != "" {
-			out = append(out, strings.Join(strings.Fields(n.NodeType+" "+n.Relation+" "+n.Index), " "))
-		}
-		for _, c := range n.Plans {
-			walk(c)
-		}
-	}
-	walk(plans[0].Plan)
 	return out
 }
 

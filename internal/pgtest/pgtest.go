@@ -9,10 +9,13 @@ package pgtest
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,4 +181,38 @@ func Cluster(t testing.TB) *pgcluster.Cluster {
 		t.Fatalf("pgtest: %v", initErr)
 	}
 	return cluster
+}
+
+// planNode is one node of a plan in EXPLAIN (FORMAT JSON)'s form.
+type planNode struct {
+	NodeType string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// PlanScans lists the scans of a plan in EXPLAIN (FORMAT JSON)'s form as "Node Type relation
+// index" (a bitmap index scan names no relation), depth first.
+func PlanScans(raw []byte) ([]string, error) {
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal(raw, &plans); err != nil {
+		return nil, err
+	}
+	if len(plans) == 0 {
+		return nil, errors.New("pgtest: an empty plan")
+	}
+	var out []string
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if n.Relation != "" || n.Index != "" {
+			out = append(out, strings.Join(strings.Fields(n.NodeType+" "+n.Relation+" "+n.Index), " "))
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(plans[0].Plan)
+	return out, nil
 }
