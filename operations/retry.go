@@ -86,7 +86,7 @@ func (s *Service) Retry(ctx context.Context, id, by string) error {
 		case RouteTask:
 			if _, err := tx.Exec(ctx, `UPDATE tasks SET state = 'creating', task_id = NULL, era = '', session_id = '', status_message = '',
 				tool_error = false, server_created_at = NULL, server_updated_at = NULL, ttl_ms = NULL, poll_interval_ms = NULL,
-				deadline = NULL, next_poll_at = NULL, lease_owner = NULL, lease_expires_at = NULL, polls = 0, failure_kind = NULL,
+				deadline = NULL, next_poll_at = NULL, held_poll_at = NULL, lease_owner = NULL, lease_expires_at = NULL, polls = 0, failure_kind = NULL,
 				first_failure_at = NULL, result_state = 'none', cancel_requested_at = NULL, cancel_requested_by = NULL,
 				cancel_reason = NULL, cancel_acknowledged_at = NULL, terminal_at = NULL, updated_at = now() WHERE operation_id = $1`, id); err != nil {
 				return fmt.Errorf("retry %s: reset task: %w", id, err)

@@ -367,7 +367,7 @@ const opColumns = `o.id, o.tenant, o.workflow, o.idempotency_key, o.request_sha2
 	coalesce(o.attention, ''), coalesce(o.attention_reason, ''), o.route_context, o.created_at, o.updated_at,
 	t.operation_id IS NOT NULL, coalesce(t.server, ''), coalesce(t.tool, ''), coalesce(t.era, ''), coalesce(t.task_id, ''),
 	coalesce(t.state, ''), coalesce(t.status_message, ''), coalesce(t.tool_error, false), t.server_created_at, t.server_updated_at,
-	t.requested_ttl_ms, t.ttl_ms, t.poll_interval_ms, t.deadline, t.next_poll_at, coalesce(t.polls, 0), coalesce(t.failure_kind, ''),
+	t.requested_ttl_ms, t.ttl_ms, t.poll_interval_ms, t.deadline, ` + NextPollSQL + `, coalesce(t.polls, 0), coalesce(t.failure_kind, ''),
 	coalesce(t.result_state, ''), t.cancel_requested_at, coalesce(t.cancel_requested_by, ''), t.cancel_acknowledged_at, t.terminal_at,
 	coalesce(t.session_id, ''), t.capabilities, coalesce(t.server_name, ''), coalesce(t.server_version, ''),
 	j.operation_id IS NOT NULL, coalesce(j.job_id, ''), coalesce(j.status, ''), coalesce(j.receipt_id, ''), coalesce(j.error, ''),
@@ -1169,7 +1169,7 @@ func scanDueWith(row pgx.Row, extra ...any) (Operation, error) {
 // seen on a replica that does not hold the task) and tells the replica holding it through a
 // notification on WatchPokeChannel, since the holder keeps its tasks' due times in memory.
 func (s *Store) Reschedule(ctx context.Context, opID string, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `WITH u AS (UPDATE tasks SET next_poll_at = $2 WHERE operation_id = $1
+	_, err := s.pool.Exec(ctx, `WITH u AS (UPDATE tasks SET next_poll_at = $2, held_poll_at = NULL WHERE operation_id = $1
 			RETURNING operation_id, lease_owner)
 		SELECT pg_notify('`+WatchPokeChannel+`', operation_id::text || ' ' || $3::text) FROM u WHERE lease_owner IS NOT NULL`,
 		opID, at, strconv.FormatInt(at.UnixMilli(), 10))
@@ -1178,7 +1178,8 @@ func (s *Store) Reschedule(ctx context.Context, opID string, at time.Time) error
 
 // ReleaseLeases drops every lease replica holds, so others take its tasks at once.
 func (s *Store) ReleaseLeases(ctx context.Context, replica string) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE tasks SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = $1`, replica); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL,
+			next_poll_at = `+NextPollSQL+`, held_poll_at = NULL WHERE lease_owner = $1`, replica); err != nil {
 		return fmt.Errorf("release task leases: %w", err)
 	}
 	if _, err := s.pool.Exec(ctx, `UPDATE job_runs SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = $1`, replica); err != nil {

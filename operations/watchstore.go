@@ -56,9 +56,10 @@ func (s *Store) AcquireDue(ctx context.Context, replica string, n int, ahead, le
 			LIMIT $2
 			FOR UPDATE OF t SKIP LOCKED)
 		UPDATE tasks t SET lease_owner = $1, lease_expires_at = now() + $3 * interval '1 millisecond',
-			next_poll_at = CASE WHEN due.fence IS NOT NULL AND t.next_poll_at <= due.fence
+			next_poll_at = CASE WHEN due.fence IS NOT NULL AND `+NextPollSQL+` <= due.fence
 				THEN due.fence + greatest(coalesce(t.poll_interval_ms, $5), $4) * interval '1 millisecond'
-				ELSE t.next_poll_at END
+				ELSE `+NextPollSQL+` END,
+			held_poll_at = NULL
 		FROM due WHERE t.operation_id = due.operation_id
 		RETURNING t.operation_id, t.next_poll_at`,
 		replica, n, lease.Milliseconds(), floor.Milliseconds(), defPoll.Milliseconds(), ahead.Milliseconds())
@@ -104,7 +105,7 @@ const ownerGoneT = `EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = t
 // LoadDue reads what a watcher needs of the given tasks in one query (dueColumns). DueAt is the
 // stored next poll (zero when none).
 func (s *Store) LoadDue(ctx context.Context, ids []string) ([]Due, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+dueColumns+`, t.next_poll_at FROM operations o JOIN tasks t ON t.operation_id = o.id
+	rows, err := s.pool.Query(ctx, `SELECT `+dueColumns+`, `+NextPollSQL+` FROM operations o JOIN tasks t ON t.operation_id = o.id
 		WHERE o.id = ANY($1::uuid[])`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read held tasks: %w", err)
@@ -125,6 +126,12 @@ func (s *Store) LoadDue(ctx context.Context, ids []string) ([]Due, error) {
 	return out, nil
 }
 
+// NextPollSQL is a task's next poll (of the task row t): the later of the queue's next_poll_at
+// and the next poll its holder last flushed (held_poll_at); none once the task needs no more
+// polls. The holder's flush writes only the unindexed held_poll_at, so its updates are
+// heap-only; next_poll_at moves when a task is taken, handed back, created or poked.
+const NextPollSQL = `CASE WHEN t.next_poll_at IS NOT NULL THEN greatest(t.next_poll_at, t.held_poll_at) END`
+
 // Progress is what a watcher persists of a held task in its periodic batch.
 type Progress struct {
 	// ID is the operation id.
@@ -137,8 +144,9 @@ type Progress struct {
 
 // FlushProgress writes, in one statement per 5,000 tasks, the poll counts and next polls of
 // tasks replica holds: the console shows them (lagging by at most the watcher's flush period)
-// and a replica that takes a task over starts from them. Rows the replica no longer holds get
-// only their poll counts.
+// and a replica that takes a task over starts from them. The next polls go to held_poll_at,
+// which no index covers, so these updates write no index entries (see NextPollSQL). Rows the
+// replica no longer holds get only their poll counts.
 func (s *Store) FlushProgress(ctx context.Context, replica string, ps []Progress) error {
 	const chunk = 5000
 	for len(ps) > 0 {
@@ -151,7 +159,7 @@ func (s *Store) FlushProgress(ctx context.Context, replica string, ps []Progress
 			ids[i], polls[i], next[i] = p.ID, int64(p.Polls), p.NextPollAt
 		}
 		if _, err := s.pool.Exec(ctx, `UPDATE tasks t SET polls = (t.polls + u.n)::int,
-				next_poll_at = CASE WHEN t.lease_owner = $4 AND `+watchable+` AND t.next_poll_at IS NOT NULL THEN u.next ELSE t.next_poll_at END
+				held_poll_at = CASE WHEN t.lease_owner = $4 AND `+watchable+` AND t.next_poll_at IS NOT NULL THEN u.next ELSE t.held_poll_at END
 			FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS u(id, n, next) WHERE t.operation_id = u.id`,
 			ids, polls, next, replica); err != nil {
 			return fmt.Errorf("persist watch progress: %w", err)
@@ -182,9 +190,9 @@ func (s *Store) StillHeld(ctx context.Context, replica string, ids []string) (ma
 // restart under the same name, after a crash): each such task is scheduled no sooner than one
 // poll interval from now, since the earlier run may have polled it just before it died.
 func (s *Store) ReleaseFrom(ctx context.Context, replica string, floor, defPoll time.Duration) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL,
-			next_poll_at = CASE WHEN t.next_poll_at <= now() THEN now() + greatest(coalesce(t.poll_interval_ms, $3), $2) * interval '1 millisecond'
-				ELSE t.next_poll_at END
+	if _, err := s.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL, held_poll_at = NULL,
+			next_poll_at = CASE WHEN `+NextPollSQL+` <= now() THEN now() + greatest(coalesce(t.poll_interval_ms, $3), $2) * interval '1 millisecond'
+				ELSE `+NextPollSQL+` END
 		WHERE t.lease_owner = $1 AND t.next_poll_at IS NOT NULL`, replica, floor.Milliseconds(), defPoll.Milliseconds()); err != nil {
 		return fmt.Errorf("hand back an earlier run's tasks: %w", err)
 	}

@@ -359,7 +359,7 @@ func (e *env) notifyOnce(ctx context.Context, server string) error {
 // parkOthers takes every running task of the other phases (the start phases leave thousands,
 // working for hours) out of the watchers' way for a day: a watch phase measures its own tasks.
 func (e *env) parkOthers(ctx context.Context, workflow string) error {
-	_, err := e.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL, next_poll_at = now() + interval '1 day'
+	_, err := e.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL, next_poll_at = now() + interval '1 day', held_poll_at = NULL
 		FROM operations o WHERE o.id = t.operation_id AND o.workflow <> $1 AND t.state IN ('working', 'input_required')`, workflow)
 	return err
 }
@@ -367,14 +367,14 @@ func (e *env) parkOthers(ctx context.Context, workflow string) error {
 // handBack ends the watching of a workflow's tasks by the bench's replicas (they stay running
 // at the receiver): no lease, not due for a day.
 func (e *env) handBack(ctx context.Context, workflow string) error {
-	_, err := e.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL, next_poll_at = now() + interval '1 day'
+	_, err := e.pool.Exec(ctx, `UPDATE tasks t SET lease_owner = NULL, lease_expires_at = NULL, next_poll_at = now() + interval '1 day', held_poll_at = NULL
 		FROM operations o WHERE o.id = t.operation_id AND o.workflow = $1 AND t.state = 'working'`, workflow)
 	return err
 }
 
 // dropOthers makes the tasks ids of workflow due at once and leaves the others out.
 func (e *env) dropOthers(ctx context.Context, workflow string, ids []string) {
-	_, _ = e.pool.Exec(ctx, `UPDATE tasks t SET next_poll_at = now() FROM operations o
+	_, _ = e.pool.Exec(ctx, `UPDATE tasks t SET next_poll_at = now(), held_poll_at = NULL FROM operations o
 		WHERE o.id = t.operation_id AND o.workflow = $1 AND t.task_id = ANY($2::text[])`, workflow, ids)
 }
 
