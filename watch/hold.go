@@ -60,8 +60,10 @@ type group struct {
 	members  map[string]*entry // by task id
 	item     *entry            // the group's heap item
 	// cursors are the cursors the last sweep read its pages with ("" for the first page): the
-	// next sweep starts its segments from them.
+	// next sweep starts its segments from them. readAt[i] is when the last sweep asked for page
+	// i: the next sweep asks for it no sooner than an interval after that.
 	cursors []string
+	readAt  []time.Time
 }
 
 // dueHeap orders entries by due time.

@@ -56,6 +56,20 @@ type hidden struct {
 	ids map[string]bool
 	// slow delays each tasks/list answer while set.
 	slow time.Duration
+	// lists records each tasks/list request: its cursor and when it came.
+	lists []listed
+}
+
+// listed is one tasks/list request the front saw.
+type listed struct {
+	cursor string
+	at     time.Time
+}
+
+func (h *hidden) listings() []listed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]listed(nil), h.lists...)
 }
 
 func (h *hidden) setSlow(d time.Duration) {
@@ -114,7 +128,14 @@ func (h *hidden) front(t testing.TB, target string) string {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if bytes.Contains(body, []byte(`"tasks/list"`)) {
 			r.Header.Set("X-Tasks-List", "1")
+			var req struct {
+				Params struct {
+					Cursor string `json:"cursor"`
+				} `json:"params"`
+			}
+			_ = json.Unmarshal(body, &req)
 			h.mu.Lock()
+			h.lists = append(h.lists, listed{cursor: req.Params.Cursor, at: time.Now()})
 			slow := h.slow
 			h.mu.Unlock()
 			time.Sleep(slow)
@@ -395,5 +416,53 @@ func TestASweepInSegmentsObservesEveryTaskOnce(t *testing.T) {
 		if gets[tid] > 0 {
 			t.Fatalf("task %s read with tasks/get while the segmented sweeps listed it", tid)
 		}
+	}
+}
+
+// TestAPageIsListedNoSoonerThanAnIntervalAfterItsLastListing: a sweep asks for each page no
+// sooner than an interval after the last sweep asked for it, so a sweep quicker than the last
+// (the server answering faster) observes none of a page's tasks early, and a slower one shifts
+// the pages after it for good instead of making them late again at the next sweep.
+func TestAPageIsListedNoSoonerThanAnIntervalAfterItsLastListing(t *testing.T) {
+	t.Parallel()
+	const n = 45 // three pages
+	const interval = 300 * time.Millisecond
+	b, _, hide := listSetup(t, interval)
+	for i := range n {
+		b.Start(t, "refund", fmt.Sprintf("pace-%d", i), `{"outcome": "hang"}`)
+	}
+	// Slow answers first: the pages of a sweep are 80 ms apart, then a few ms.
+	hide.setSlow(80 * time.Millisecond)
+	_, passes := b.Watcher(t, "r1", nil)
+	sweeps := func() int {
+		k := 0
+		for _, l := range hide.listings() {
+			if l.cursor == "" {
+				k++
+			}
+		}
+		return k
+	}
+	opstest.WaitFor(t, passes, 20*time.Second, "three sweeps", func() bool { return sweeps() >= 3 })
+	hide.setSlow(0)
+	fast := time.Now()
+	opstest.WaitFor(t, passes, 20*time.Second, "four quick sweeps", func() bool { return sweeps() >= 7 })
+	last := map[string]time.Time{}
+	pages, checked := map[string]bool{}, 0
+	for _, l := range hide.listings() {
+		pages[l.cursor] = true
+		if prev, ok := last[l.cursor]; ok {
+			// The front sees a request a little after the watcher asked: a few ms of slack.
+			if gap := l.at.Sub(prev); gap < interval-10*time.Millisecond {
+				t.Fatalf("page %q listed %v after its last listing, within its %v interval", l.cursor, gap.Round(time.Millisecond), interval)
+			}
+			if l.at.After(fast) {
+				checked++
+			}
+		}
+		last[l.cursor] = l.at
+	}
+	if len(pages) != 3 || checked < 9 {
+		t.Fatalf("%d pages, %d listings checked after the answers got quick; want 3 pages and at least 9", len(pages), checked)
 	}
 }

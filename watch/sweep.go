@@ -12,24 +12,34 @@ import (
 const maxSweepPages = 10_000
 
 // sweep observes the members of a group whose next poll has come (or comes within half an
-// interval: see align) with one paged tasks/list sweep of their connection, read in segments
-// at once from the cursors of the last sweep (2025-11-25, tasks.list declared): one request per page instead of
-// a tasks/get per task, each listed task observed as a tasks/get answer would be (checked
-// against the state machine, written only on change). A due member the sweep did not list is
-// read with tasks/get at once, and from then on. The next sweep comes one interval (plus
-// jitter) after this one began, so no member is observed more often than its interval.
+// interval, or before the last sweep's last page: see align) with one paged tasks/list sweep
+// of their connection (2025-11-25, tasks.list declared): one request per page instead of a
+// tasks/get per task, each listed task observed as a tasks/get answer would be (checked
+// against the state machine, written only on change). The pages are read in segments at once,
+// each from a cursor of the last sweep, and each page no sooner than an interval after the
+// last sweep asked for it: a page keeps its place in the interval from one sweep to the next,
+// so a sweep that is quicker or slower than the last makes none of its tasks late, and a page
+// read late is read an interval after that from then on. A due member the sweep did not list is
+// read with tasks/get at once, and from then on. The next sweep begins a little before its
+// first page falls due (sweepLead); each page still waits for its own time, so no member is
+// observed more often than its interval.
 func (s *Service) sweep(ctx context.Context, g *group) {
 	h := &s.hold
 	start := time.Now()
 	item := g.item
-	// A quarter of a poll's jitter: one sweep per connection has no herd of polls to spread.
-	next := start.Add(g.interval + s.jitter(g.interval)/4)
-	item.next = next
+	item.next = start.Add(g.interval)
 	// A member whose next poll comes within half an interval is observed now rather than a
 	// whole interval late: a task joining the group is aligned with its sweeps once, observed
-	// at most half an interval early, as its connection is listed once per interval anyway.
+	// at most half an interval early, as its connection is listed once per interval anyway. A
+	// member falling due before the last page's turn is on a page the sweep reaches in time.
 	align := start.Add(g.interval / 2)
+	if n := len(g.readAt); n > 0 {
+		if last := g.readAt[n-1].Add(g.interval); last.After(align) {
+			align = last
+		}
+	}
 	h.mu.Lock()
+	members := len(g.members)
 	due := make(map[string]*entry, len(g.members))
 	var first *entry
 	earliest := time.Time{}
@@ -68,27 +78,49 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	// its first page: a long list takes a fraction of a single chain's time. A cursor the server
 	// no longer takes ends its segment; members no segment showed are read with tasks/get.
 	starts := segmentStarts(g.cursors, s.sweepSegments(len(g.cursors)))
-	var mu sync.Mutex // due, cursors, failed
+	var mu sync.Mutex // due, cursors, readAt, failed
 	cursors := make([]string, 0, len(g.cursors)+1)
+	readAt := make([]time.Time, 0, len(g.cursors)+1)
+	last := g.readAt
+	var pace time.Duration // between the pages of a first sweep (set once its first page is read)
 	var failed error
 	var retryAt time.Time
 	segment := func(from, pages int, cursor string) {
 		for p := 0; p < maxSweepPages && (pages < 0 || p < pages); p++ {
+			at := time.Time{}
+			if i := from + p; i < len(last) {
+				at = last[i].Add(g.interval)
+			} else if len(last) == 0 && p > 0 {
+				at = start.Add(time.Duration(p) * pace)
+			}
+			if wait := time.Until(at); wait > 0 && !sleepCtx(ctx, wait) {
+				return
+			}
+			asked := time.Now()
 			page, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.ListedPage, error) {
 				return mcpclient.ListObserve(ctx, conn, cursor)
 			})
-			var seen []*entry
-			var snaps []mcpclient.Snapshot
+			// seen are the due members the page lists, place[i] where seen[i] is on the page.
+			seen := make([]*entry, 0, len(page.Snapshots))
+			place := make([]int, 0, len(page.Snapshots))
 			mu.Lock()
 			for len(cursors) <= from+p {
 				cursors = append(cursors, "")
+				readAt = append(readAt, time.Time{})
 			}
-			cursors[from+p] = cursor
-			for _, sn := range page.Snapshots {
-				if m := due[sn.Task.ID]; m != nil {
-					delete(due, sn.Task.ID)
+			cursors[from+p], readAt[from+p] = cursor, asked
+			if len(last) == 0 && p == 0 && len(page.Snapshots) > 0 {
+				// A first sweep spreads its pages over a quarter of the interval, as many pages
+				// as the group's members fill: the sweeps after it keep those places, so the
+				// server is read at an even pace rather than in bursts.
+				pages := (members + len(page.Snapshots) - 1) / len(page.Snapshots)
+				pace = g.interval / 4 / time.Duration(max(1, pages))
+			}
+			for k := range page.Snapshots {
+				if m := due[page.Snapshots[k].Task.ID]; m != nil {
+					delete(due, page.Snapshots[k].Task.ID)
 					seen = append(seen, m)
-					snaps = append(snaps, sn)
+					place = append(place, k)
 				}
 			}
 			left := len(due)
@@ -105,7 +137,7 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 			}
 			pctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
 			for i, m := range seen {
-				s.observeListed(pctx, g, m, conn, snaps[i], next)
+				s.observeListed(pctx, g, m, conn, &page.Snapshots[place[i]], asked.Add(g.interval))
 			}
 			cancel()
 			if page.NextCursor == "" || left == 0 {
@@ -124,9 +156,14 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	}
 	wg.Wait()
 
-	g.cursors = cursors
+	g.cursors, g.readAt = cursors, readAt
+	if len(readAt) > 0 && !readAt[0].IsZero() {
+		// The next sweep sets out before its first page is due, so that taking its members
+		// makes no page late; the pages wait for their times.
+		item.next = readAt[0].Add(g.interval - sweepLead(g.interval))
+	}
 	if failed != nil {
-		g.cursors = nil // the next sweep reads one chain from the first page
+		g.cursors, g.readAt = nil, nil // the next sweep reads one chain from the first page
 		if !retryAt.IsZero() {
 			item.next = retryAt
 			fallback(retryAt)
@@ -147,6 +184,22 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	}
 	h.mu.Unlock()
 	h.poke()
+}
+
+// sweepLead is how long before its first page falls due a sweep begins: a tenth of the
+// interval, at most 100 ms.
+func sweepLead(iv time.Duration) time.Duration { return min(iv/10, 100*time.Millisecond) }
+
+// sleepCtx waits d, or until ctx ends (false then).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // segmentStart is where a segment of a sweep begins: a page number and the cursor that page was
@@ -183,7 +236,7 @@ func (s *Service) sweepSegments(pages int) int {
 
 // observeListed applies a listed status to member m as a tasks/get answer would be applied;
 // m stays in the group, due at the next sweep, unless the observation moved it.
-func (s *Service) observeListed(ctx context.Context, g *group, m *entry, conn mcpclient.Conn, snap mcpclient.Snapshot, next time.Time) {
+func (s *Service) observeListed(ctx context.Context, g *group, m *entry, conn mcpclient.Conn, snap *mcpclient.Snapshot, next time.Time) {
 	h := &s.hold
 	h.mu.Lock()
 	if m.group != g || m.reading || h.tasks[m.d.ID] != m {
@@ -195,7 +248,7 @@ func (s *Service) observeListed(ctx context.Context, g *group, m *entry, conn mc
 	h.mu.Unlock()
 	s.metrics.lateness.Observe(max(0, time.Since(m.due).Seconds()))
 	m.next, m.drop = next, false
-	s.observed(ctx, m, conn, s.workflow(m.d.Workflow), snap)
+	s.observed(ctx, m, conn, s.workflow(m.d.Workflow), *snap)
 	h.mu.Lock()
 	n := h.settle(s, m)
 	h.mu.Unlock()
