@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.IntVar(&o.PageRequests, "page-requests", 0, "requests per console page (default 40; 20 quick)")
 	modes := fs.String("watch-modes", "list,notify", "modes the watch phase measures besides tasks/get (list, notify; empty = none)")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (the console side: start path, watcher, pages) to the file")
+	memProfile := fs.String("memprofile", "", "write this process's allocation profile (since it started) to the file at the end")
 	pages := fs.String("pages", "", "a regular expression: only the console pages whose names it matches (e.g. '^reconcile')")
 	only := fs.String("only", "", "comma-separated phases to run (start, cap, killswitch, watch, waitfortask, watch30, scale, console); empty = all")
 	if err := fs.Parse(args); err != nil {
@@ -109,6 +110,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	if *memProfile != "" {
+		if err := writeAllocs(*memProfile); err != nil {
+			return err
+		}
+	}
 	printTable(stdout, res)
 	return writeJSON(o.Out, res)
+}
+
+// writeAllocs writes the allocation profile of this process to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
