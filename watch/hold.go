@@ -61,9 +61,11 @@ type group struct {
 	item     *entry            // the group's heap item
 	// cursors are the cursors the last sweep read its pages with ("" for the first page): the
 	// next sweep starts its segments from them. readAt[i] is when the last sweep asked for page
-	// i: the next sweep asks for it no sooner than an interval after that.
+	// i, span how long that sweep spread over: when span is pacedSpan or more, the next sweep
+	// asks for each page no sooner than an interval after the last did.
 	cursors []string
 	readAt  []time.Time
+	span    time.Duration
 }
 
 // dueHeap orders entries by due time.

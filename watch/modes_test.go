@@ -419,34 +419,41 @@ func TestASweepInSegmentsObservesEveryTaskOnce(t *testing.T) {
 	}
 }
 
-// TestAPageIsListedNoSoonerThanAnIntervalAfterItsLastListing: a sweep asks for each page no
-// sooner than an interval after the last sweep asked for it, so a sweep quicker than the last
-// (the server answering faster) observes none of a page's tasks early, and a slower one shifts
-// the pages after it for good instead of making them late again at the next sweep.
+// TestAPageIsListedNoSoonerThanAnIntervalAfterItsLastListing: once a sweep spreads over a
+// second or more (pacedSpan), the next asks for each page no sooner than an interval after the last sweep
+// asked for it, so a sweep quicker than the last (the server answering faster) observes none
+// of a page's tasks early, and a slower one shifts the pages after it for good instead of making
+// them late again at the next sweep.
 func TestAPageIsListedNoSoonerThanAnIntervalAfterItsLastListing(t *testing.T) {
 	t.Parallel()
-	const n = 45 // three pages
-	const interval = 300 * time.Millisecond
+	const n = 65 // four pages
+	const interval = 2 * time.Second
 	b, _, hide := listSetup(t, interval)
 	for i := range n {
 		b.Start(t, "refund", fmt.Sprintf("pace-%d", i), `{"outcome": "hang"}`)
 	}
-	// Slow answers first: the pages of a sweep are 80 ms apart, then a few ms.
-	hide.setSlow(80 * time.Millisecond)
+	// Slow answers first: the pages of a sweep are 600 ms apart (1.8 s from first to last),
+	// then a few ms.
+	hide.setSlow(600 * time.Millisecond)
 	_, passes := b.Watcher(t, "r1", nil)
-	sweeps := func() int {
-		k := 0
+	// whole counts the sweeps that listed all four pages (a sweep begins at the first page).
+	whole := func() int {
+		k, pages := 0, 0
 		for _, l := range hide.listings() {
 			if l.cursor == "" {
+				pages = 0
+			}
+			if pages++; pages == 4 {
 				k++
 			}
 		}
 		return k
 	}
-	opstest.WaitFor(t, passes, 20*time.Second, "three sweeps", func() bool { return sweeps() >= 3 })
+	opstest.WaitFor(t, passes, 40*time.Second, "two whole slow sweeps", func() bool { return whole() >= 2 })
 	hide.setSlow(0)
 	fast := time.Now()
-	opstest.WaitFor(t, passes, 20*time.Second, "four quick sweeps", func() bool { return sweeps() >= 7 })
+	done := whole() + 3
+	opstest.WaitFor(t, passes, 40*time.Second, "three whole quick sweeps", func() bool { return whole() >= done })
 	last := map[string]time.Time{}
 	pages, checked := map[string]bool{}, 0
 	for _, l := range hide.listings() {
@@ -462,7 +469,7 @@ func TestAPageIsListedNoSoonerThanAnIntervalAfterItsLastListing(t *testing.T) {
 		}
 		last[l.cursor] = l.at
 	}
-	if len(pages) != 3 || checked < 9 {
-		t.Fatalf("%d pages, %d listings checked after the answers got quick; want 3 pages and at least 9", len(pages), checked)
+	if len(pages) != 4 || checked < 8 {
+		t.Fatalf("%d pages, %d listings checked after the answers got quick; want 4 pages and at least 8", len(pages), checked)
 	}
 }

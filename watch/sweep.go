@@ -16,24 +16,28 @@ const maxSweepPages = 10_000
 // of their connection (2025-11-25, tasks.list declared): one request per page instead of a
 // tasks/get per task, each listed task observed as a tasks/get answer would be (checked
 // against the state machine, written only on change). The pages are read in segments at once,
-// each from a cursor of the last sweep, and each page no sooner than an interval after the
-// last sweep asked for it: a page keeps its place in the interval from one sweep to the next,
-// so a sweep that is quicker or slower than the last makes none of its tasks late, and a page
-// read late is read an interval after that from then on. A due member the sweep did not list is
-// read with tasks/get at once, and from then on. The next sweep begins a little before its
-// first page falls due (sweepLead); each page still waits for its own time, so no member is
-// observed more often than its interval.
+// each from a cursor of the last sweep. A sweep whose last run spread over pacedSpan or more
+// keeps its pages' places: it asks for each page no sooner than an interval after the last
+// sweep asked for it, so a sweep quicker or slower than the last makes none of its tasks late,
+// and a page read late is read an interval after that from then on; it sets out a little before
+// its first page falls due (sweepLead). A shorter sweep reads its pages at once, an interval
+// (plus jitter) after the last began: waiting for each page would cost a wake-up a page and
+// save less lateness than pacedSpan. A group's first sweep at an interval of 4 s or more
+// spreads its pages over a quarter of the interval. A due member the sweep did not list is read with
+// tasks/get at once, and from then on. No member is observed more often than its interval.
 func (s *Service) sweep(ctx context.Context, g *group) {
 	h := &s.hold
 	start := time.Now()
 	item := g.item
-	item.next = start.Add(g.interval)
+	// A quarter of a poll's jitter: one sweep per connection has no herd of polls to spread.
+	item.next = start.Add(g.interval + s.jitter(g.interval)/4)
 	// A member whose next poll comes within half an interval is observed now rather than a
 	// whole interval late: a task joining the group is aligned with its sweeps once, observed
 	// at most half an interval early, as its connection is listed once per interval anyway. A
 	// member falling due before the last page's turn is on a page the sweep reaches in time.
 	align := start.Add(g.interval / 2)
-	if n := len(g.readAt); n > 0 {
+	paced := g.span >= pacedSpan
+	if n := len(g.readAt); paced && n > 0 {
 		if last := g.readAt[n-1].Add(g.interval); last.After(align) {
 			align = last
 		}
@@ -81,8 +85,16 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	var mu sync.Mutex // due, cursors, readAt, failed
 	cursors := make([]string, 0, len(g.cursors)+1)
 	readAt := make([]time.Time, 0, len(g.cursors)+1)
-	last := g.readAt
-	var pace time.Duration // between the pages of a first sweep (set once its first page is read)
+	var last []time.Time // when the last sweep asked for each page, when its places are kept
+	if paced {
+		last = g.readAt
+	}
+	// A group's first sweep spreads its pages over a quarter of the interval when that is
+	// pacedSpan or more, as many pages as the members fill (pace is set once the first page
+	// shows how many a page holds): the sweeps after it keep those places, so the server is read
+	// at an even pace, with room for a stall, rather than in bursts.
+	spread := len(g.readAt) == 0 && g.interval/4 >= pacedSpan
+	var pace time.Duration
 	var failed error
 	var retryAt time.Time
 	segment := func(from, pages int, cursor string) {
@@ -90,7 +102,7 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 			at := time.Time{}
 			if i := from + p; i < len(last) {
 				at = last[i].Add(g.interval)
-			} else if len(last) == 0 && p > 0 {
+			} else if spread && p > 0 {
 				at = start.Add(time.Duration(p) * pace)
 			}
 			if wait := time.Until(at); wait > 0 && !sleepCtx(ctx, wait) {
@@ -109,10 +121,7 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 				readAt = append(readAt, time.Time{})
 			}
 			cursors[from+p], readAt[from+p] = cursor, asked
-			if len(last) == 0 && p == 0 && len(page.Snapshots) > 0 {
-				// A first sweep spreads its pages over a quarter of the interval, as many pages
-				// as the group's members fill: the sweeps after it keep those places, so the
-				// server is read at an even pace rather than in bursts.
+			if spread && p == 0 && len(page.Snapshots) > 0 {
 				pages := (members + len(page.Snapshots) - 1) / len(page.Snapshots)
 				pace = g.interval / 4 / time.Duration(max(1, pages))
 			}
@@ -156,14 +165,14 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	}
 	wg.Wait()
 
-	g.cursors, g.readAt = cursors, readAt
-	if len(readAt) > 0 && !readAt[0].IsZero() {
-		// The next sweep sets out before its first page is due, so that taking its members
-		// makes no page late; the pages wait for their times.
+	g.cursors, g.readAt, g.span = cursors, readAt, spanOf(readAt)
+	if g.span >= pacedSpan && !readAt[0].IsZero() {
+		// The next sweep keeps the pages' places: it sets out before its first page is due,
+		// so that taking its members makes no page late, and the pages wait for their times.
 		item.next = readAt[0].Add(g.interval - sweepLead(g.interval))
 	}
 	if failed != nil {
-		g.cursors, g.readAt = nil, nil // the next sweep reads one chain from the first page
+		g.cursors, g.readAt, g.span = nil, nil, 0 // the next sweep reads one chain from the first page
 		if !retryAt.IsZero() {
 			item.next = retryAt
 			fallback(retryAt)
@@ -184,6 +193,28 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	}
 	h.mu.Unlock()
 	h.poke()
+}
+
+// pacedSpan is how long a sweep must spread over for the next to keep its pages' places. A
+// shorter sweep is read at once: its length cannot vary by more than itself, and waiting for
+// each page would cost a wake-up a page (at 1,000 tasks at 1 s, a third more CPU).
+const pacedSpan = time.Second
+
+// spanOf is how long a sweep spread over: from the first page asked for to the last.
+func spanOf(readAt []time.Time) time.Duration {
+	var lo, hi time.Time
+	for _, t := range readAt {
+		if t.IsZero() {
+			continue
+		}
+		if lo.IsZero() || t.Before(lo) {
+			lo = t
+		}
+		if t.After(hi) {
+			hi = t
+		}
+	}
+	return hi.Sub(lo)
 }
 
 // sweepLead is how long before its first page falls due a sweep begins: a tenth of the
