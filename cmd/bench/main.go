@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime/pprof"
 	"strings"
@@ -121,7 +122,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 // writeAllocs writes the allocation profile of this process to path.
 func writeAllocs(path string) error {
-	f, err := os.Create(path)
+	f, err := os.Create(filepath.Clean(path))
 	if err != nil {
 		return err
 	}
