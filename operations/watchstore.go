@@ -26,10 +26,6 @@ type Acquired struct {
 // outcome not fetched.
 const watchable = `(t.state IN ('working','input_required') OR t.result_state = 'pending')`
 
-// ownerAlive is true when the task's lease owner beats: its hold needs no renewal while it does.
-const ownerAlive = `EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = t.lease_owner
-	AND r.beat_at + r.stale_after_ms * interval '1 millisecond' >= now())`
-
 // AcquireDue takes up to n due tasks into replica's hold (FOR UPDATE SKIP LOCKED): tasks whose
 // stored next poll comes within ahead that no live replica holds (the holder polls each when it
 // falls due, so a replica taking tasks in every ahead has each in hand before its poll). A hold lasts while its replica beats
@@ -40,21 +36,47 @@ const ownerAlive = `EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = t
 // it could have polled, so a takeover is never less polite than the replica it replaces. The
 // poll count and next poll are not written here: the holder keeps them in memory and persists
 // them with FlushProgress.
+//
+// A pass reads only what it may take: free tasks in next-poll order (tasks_free_due_idx), and
+// the tasks of holders that stopped beating, found by walking the few distinct holders in
+// tasks_lease_owner_idx. The tasks live holders keep, whose stored next poll stays at their
+// take-in time, are never read (migration 00028).
 func (s *Store) AcquireDue(ctx context.Context, replica string, n int, ahead, lease, floor, defPoll time.Duration) ([]Acquired, error) {
 	rows, err := s.pool.Query(ctx, `
-		WITH due AS (
-			SELECT t.operation_id, t.lease_owner AS prev,
-				CASE WHEN t.lease_owner IS NOT NULL THEN coalesce(
-					(SELECT r.beat_at + r.stale_after_ms * interval '1 millisecond' FROM watcher_replicas r WHERE r.replica = t.lease_owner),
-					t.lease_expires_at, now()) END AS fence
+		WITH RECURSIVE holders(h) AS (
+			SELECT min(t.lease_owner) FROM tasks t WHERE t.lease_owner IS NOT NULL
+			UNION ALL
+			SELECT (SELECT min(t.lease_owner) FROM tasks t WHERE t.lease_owner > holders.h) FROM holders WHERE holders.h IS NOT NULL),
+		lapsed AS (
+			SELECT h FROM holders WHERE h IS NOT NULL AND h <> $1
+			  AND NOT EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = holders.h
+			    AND r.beat_at + r.stale_after_ms * interval '1 millisecond' >= now())),
+		free AS (
+			SELECT t.operation_id, t.next_poll_at, NULL::text AS prev, NULL::timestamptz AS lease_expires_at
 			FROM tasks t
-			WHERE `+watchable+`
+			WHERE `+watchable+` AND t.lease_owner IS NULL
 			  AND t.next_poll_at <= now() + $6 * interval '1 millisecond'
-			  AND (t.lease_owner IS NULL OR (t.lease_owner <> $1 AND NOT `+ownerAlive+`
-			       AND (t.lease_expires_at IS NULL OR t.lease_expires_at < now() OR `+ownerGoneT+`)))
 			ORDER BY t.next_poll_at
 			LIMIT $2
-			FOR UPDATE OF t SKIP LOCKED)
+			FOR UPDATE OF t SKIP LOCKED),
+		orphaned AS (
+			SELECT o.* FROM lapsed l CROSS JOIN LATERAL (
+				SELECT t.operation_id, t.next_poll_at, t.lease_owner AS prev, t.lease_expires_at
+				FROM tasks t
+				WHERE t.lease_owner = l.h AND `+watchable+`
+				  AND t.next_poll_at <= now() + $6 * interval '1 millisecond'
+				  AND (t.lease_expires_at IS NULL OR t.lease_expires_at < now() OR `+ownerGoneT+`)
+				ORDER BY t.next_poll_at
+				LIMIT $2
+				FOR UPDATE OF t SKIP LOCKED) o),
+		due AS (
+			SELECT d.operation_id, d.prev,
+				CASE WHEN d.prev IS NOT NULL THEN coalesce(
+					(SELECT r.beat_at + r.stale_after_ms * interval '1 millisecond' FROM watcher_replicas r WHERE r.replica = d.prev),
+					d.lease_expires_at, now()) END AS fence
+			FROM (SELECT * FROM orphaned UNION ALL SELECT * FROM free) d
+			ORDER BY d.next_poll_at
+			LIMIT $2)
 		UPDATE tasks t SET lease_owner = $1, lease_expires_at = now() + $3 * interval '1 millisecond',
 			next_poll_at = CASE WHEN due.fence IS NOT NULL AND `+NextPollSQL+` <= due.fence
 				THEN due.fence + greatest(coalesce(t.poll_interval_ms, $5), $4) * interval '1 millisecond'
