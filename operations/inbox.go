@@ -241,7 +241,7 @@ func (s *Store) questions(ctx context.Context, where, order string, limit int, a
 	if len(out) == 0 {
 		return []Question{}, nil
 	}
-	orows, err := s.pool.Query(ctx, `SELECT `+opColumns+opFrom+` WHERE o.id = ANY($1::uuid[])`, ids)
+	orows, err := s.pool.Query(ctx, `SELECT `+opColumns+opFrom+` WHERE o.id = ANY($1::text[]::uuid[])`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("questions' operations: %w", err)
 	}

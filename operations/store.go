@@ -563,7 +563,7 @@ func (s *Store) list(ctx context.Context, scope Scope, f Filter, counted bool) (
 		if len(ids) == 0 {
 			return p, nil
 		}
-		q, args = `SELECT `+opColumns+opFrom+` WHERE o.id = ANY($1::uuid[]) ORDER BY o.created_at DESC, o.id DESC`, []any{ids}
+		q, args = `SELECT `+opColumns+opFrom+` WHERE o.id = ANY($1::text[]::uuid[]) ORDER BY o.created_at DESC, o.id DESC`, []any{ids}
 	} else {
 		if q, args, err = listQuery(scope, f, counted); err != nil {
 			return Page{}, err

@@ -128,7 +128,7 @@ const ownerGoneT = `EXISTS (SELECT 1 FROM watcher_replicas r WHERE r.replica = t
 // stored next poll (zero when none).
 func (s *Store) LoadDue(ctx context.Context, ids []string) ([]Due, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+dueColumns+`, `+NextPollSQL+` FROM operations o JOIN tasks t ON t.operation_id = o.id
-		WHERE o.id = ANY($1::uuid[])`, ids)
+		WHERE o.id = ANY($1::text[]::uuid[])`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read held tasks: %w", err)
 	}
@@ -182,7 +182,7 @@ func (s *Store) FlushProgress(ctx context.Context, replica string, ps []Progress
 		}
 		if _, err := s.pool.Exec(ctx, `UPDATE tasks t SET polls = (t.polls + u.n)::int,
 				held_poll_at = CASE WHEN t.lease_owner = $4 AND `+watchable+` AND t.next_poll_at IS NOT NULL THEN u.next ELSE t.held_poll_at END
-			FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS u(id, n, next) WHERE t.operation_id = u.id`,
+			FROM unnest($1::text[]::uuid[], $2::bigint[], $3::timestamptz[]) AS u(id, n, next) WHERE t.operation_id = u.id`,
 			ids, polls, next, replica); err != nil {
 			return fmt.Errorf("persist watch progress: %w", err)
 		}
@@ -193,7 +193,7 @@ func (s *Store) FlushProgress(ctx context.Context, replica string, ps []Progress
 // StillHeld returns which of ids replica still holds (after its beats lapsed, other replicas
 // may have taken some).
 func (s *Store) StillHeld(ctx context.Context, replica string, ids []string) (map[string]bool, error) {
-	rows, err := s.pool.Query(ctx, `SELECT operation_id FROM tasks WHERE operation_id = ANY($1::uuid[]) AND lease_owner = $2`, ids, replica)
+	rows, err := s.pool.Query(ctx, `SELECT operation_id FROM tasks WHERE operation_id = ANY($1::text[]::uuid[]) AND lease_owner = $2`, ids, replica)
 	if err != nil {
 		return nil, fmt.Errorf("check held tasks: %w", err)
 	}
