@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -138,6 +140,9 @@ func SanitizeMessage(s string, max int) string {
 	if max <= 0 {
 		max = defaultMaxStatusMessage
 	}
+	if printableASCII(s) {
+		return truncate(s, max) // nothing to strip or replace: the common case costs no copy
+	}
 	var b strings.Builder
 	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
 		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Cf, r) {
@@ -149,6 +154,16 @@ func SanitizeMessage(s string, max int) string {
 		b.WriteRune(r)
 	}
 	return truncate(b.String(), max)
+}
+
+// printableASCII reports whether s holds only the characters from space to tilde.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 func truncate(s string, max int) string {
@@ -166,17 +181,81 @@ func truncate(s string, max int) string {
 	return s[:cut] + ellipsis
 }
 
-// wireTask is a Task as either era puts it on the wire.
+// wireTask is a Task as either era puts it on the wire. It is decoded in the same pass as the
+// message around it (a tasks/list page decodes all its tasks at once): no field is kept as
+// JSON text to be decoded again.
 type wireTask struct {
-	TaskID         *string          `json:"taskId"`
-	Status         *string          `json:"status"`
-	StatusMessage  string           `json:"statusMessage"`
-	CreatedAt      string           `json:"createdAt"`
-	LastUpdatedAt  string           `json:"lastUpdatedAt"`
-	TTL            *json.RawMessage `json:"ttl"`
-	PollInterval   *json.RawMessage `json:"pollInterval"`
-	TTLMs          *json.RawMessage `json:"ttlMs"`
-	PollIntervalMs *json.RawMessage `json:"pollIntervalMs"`
+	TaskID         string     `json:"taskId"`
+	Status         string     `json:"status"`
+	StatusMessage  string     `json:"statusMessage"`
+	CreatedAt      string     `json:"createdAt"`
+	LastUpdatedAt  string     `json:"lastUpdatedAt"`
+	TTL            wireMillis `json:"ttl"`
+	PollInterval   wireMillis `json:"pollInterval"`
+	TTLMs          wireMillis `json:"ttlMs"`
+	PollIntervalMs wireMillis `json:"pollIntervalMs"`
+}
+
+// wireMillis is a millisecond count a task carries (ttl, pollInterval) as the decoder read it:
+// whether the field was there, and the number or what it was instead. toTask judges it, so
+// the task that carried a bad one is named when it is refused.
+type wireMillis struct {
+	f    float64
+	kind millisKind
+}
+
+type millisKind uint8
+
+const (
+	millisAbsent millisKind = iota
+	millisNumber
+	millisNull
+	millisNotNumber
+)
+
+// UnmarshalJSON implements json.Unmarshaler. It never fails: toTask reports a bad count.
+func (m *wireMillis) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case string(b) == "null":
+		m.kind = millisNull
+	case len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')):
+		// b is one JSON value (the decoder checked it): anything but a number (a string,
+		// true, an object) is not a count.
+		m.kind = millisNotNumber
+	default:
+		f, err := strconv.ParseFloat(string(b), 64)
+		if err != nil {
+			m.kind = millisNotNumber
+			break
+		}
+		m.f, m.kind = f, millisNumber
+	}
+	return nil
+}
+
+// duration parses the count: a duration, or unlimited for null. Huge values are clamped;
+// negative and non-finite ones refused.
+func (m wireMillis) duration() (time.Duration, bool, error) {
+	switch m.kind {
+	case millisNull:
+		return 0, true, nil
+	case millisNumber:
+	default:
+		return 0, false, fmt.Errorf("not a number")
+	}
+	f := m.f
+	if f < 0 {
+		return 0, false, fmt.Errorf("negative (%v ms)", f)
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false, fmt.Errorf("out of range")
+	}
+	const maxMs = float64(math.MaxInt64 / int64(time.Millisecond))
+	if f > maxMs {
+		f = maxMs
+	}
+	return time.Duration(f * float64(time.Millisecond)), false, nil
 }
 
 const maxTaskIDLen = 256
@@ -200,22 +279,22 @@ func ValidTaskID(id string) bool {
 // toTask validates a wire task and converts it for era.
 func (w *wireTask) toTask(era Era, lim Limits) (Task, error) {
 	lim = lim.withDefaults()
-	if w.TaskID == nil || *w.TaskID == "" {
+	if w.TaskID == "" {
 		return Task{}, fmt.Errorf("%w: task without taskId", ErrMalformed)
 	}
-	if !ValidTaskID(*w.TaskID) {
+	if !ValidTaskID(w.TaskID) {
 		return Task{}, fmt.Errorf("%w: unusable taskId (%d bytes; at most %d printable ASCII characters, none of space / ? # %% \\ \" ' < > `)",
-			ErrMalformed, len(*w.TaskID), maxTaskIDLen)
+			ErrMalformed, len(w.TaskID), maxTaskIDLen)
 	}
-	if w.Status == nil {
-		return Task{}, fmt.Errorf("%w: task %s without status", ErrMalformed, *w.TaskID)
+	if w.Status == "" {
+		return Task{}, fmt.Errorf("%w: task %s without status", ErrMalformed, w.TaskID)
 	}
-	st := Status(*w.Status)
+	st := Status(w.Status)
 	if !st.Valid() {
-		return Task{}, fmt.Errorf("%w: task %s has unknown status %q", ErrMalformed, *w.TaskID, truncate(*w.Status, 32))
+		return Task{}, fmt.Errorf("%w: task %s has unknown status %q", ErrMalformed, w.TaskID, truncate(w.Status, 32))
 	}
 	t := Task{
-		ID:            *w.TaskID,
+		ID:            w.TaskID,
 		Status:        st,
 		StatusMessage: SanitizeMessage(w.StatusMessage, lim.MaxStatusMessage),
 		CreatedAt:     parseTime(w.CreatedAt),
@@ -224,13 +303,13 @@ func (w *wireTask) toTask(era Era, lim Limits) (Task, error) {
 	}
 	ttl, poll := w.TTL, w.PollInterval
 	if era == EraExtension {
-		if w.TTL != nil || w.PollInterval != nil {
+		if w.TTL.kind != millisAbsent || w.PollInterval.kind != millisAbsent {
 			return Task{}, fmt.Errorf("%w: legacy ttl/pollInterval in an extension task", ErrExtensionUnsupported)
 		}
 		ttl, poll = w.TTLMs, w.PollIntervalMs
 	}
-	if ttl != nil {
-		d, unlimited, err := parseMillis(*ttl)
+	if ttl.kind != millisAbsent {
+		d, unlimited, err := ttl.duration()
 		if err != nil {
 			return Task{}, fmt.Errorf("%w: task %s ttl: %w", ErrMalformed, t.ID, err)
 		}
@@ -238,37 +317,14 @@ func (w *wireTask) toTask(era Era, lim Limits) (Task, error) {
 			t.TTL = &d
 		}
 	}
-	if poll != nil {
-		d, _, err := parseMillis(*poll)
+	if poll.kind != millisAbsent {
+		d, _, err := poll.duration()
 		if err != nil {
 			return Task{}, fmt.Errorf("%w: task %s pollInterval: %w", ErrMalformed, t.ID, err)
 		}
 		t.PollInterval = d
 	}
 	return t, nil
-}
-
-// parseMillis parses a millisecond count (integer or float), or null for
-// unlimited. Huge values are clamped; negative and non-finite refused.
-func parseMillis(raw json.RawMessage) (time.Duration, bool, error) {
-	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return 0, true, nil
-	}
-	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return 0, false, fmt.Errorf("not a number")
-	}
-	if f < 0 {
-		return 0, false, fmt.Errorf("negative (%v ms)", f)
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false, fmt.Errorf("out of range")
-	}
-	const maxMs = float64(math.MaxInt64 / int64(time.Millisecond))
-	if f > maxMs {
-		f = maxMs
-	}
-	return time.Duration(f * float64(time.Millisecond)), false, nil
 }
 
 func parseTime(s string) time.Time {
@@ -555,18 +611,32 @@ func decodeInputParams(taskID, key, method string, params json.RawMessage, lim L
 	return r, nil
 }
 
-// decodeTaskPage decodes a tasks/list result.
+// pagePool keeps the wire tasks of decoded tasks/list pages for the next page: a watcher
+// sweeping many pages allocates them once.
+var pagePool = sync.Pool{New: func() any { s := make([]wireTask, 0, 32); return &s }}
+
+// decodeTaskPage decodes a tasks/list result in one pass over its text.
 func decodeTaskPage(raw json.RawMessage, lim Limits) (TaskPage, error) {
-	var w struct {
-		Tasks      []json.RawMessage `json:"tasks"`
-		NextCursor string            `json:"nextCursor"`
-	}
-	if err := json.Unmarshal(raw, &w); err != nil {
+	buf := pagePool.Get().(*[]wireTask)
+	defer func() {
+		if cap(*buf) <= 1024 {
+			*buf = (*buf)[:0]
+			pagePool.Put(buf)
+		}
+	}()
+	clear((*buf)[:cap(*buf)]) // no field of an earlier page shows through a task lacking it
+	w := struct {
+		Tasks      []wireTask `json:"tasks"`
+		NextCursor string     `json:"nextCursor"`
+	}{Tasks: (*buf)[:0]}
+	err := json.Unmarshal(raw, &w)
+	*buf = w.Tasks
+	if err != nil {
 		return TaskPage{}, fmt.Errorf("%w: tasks/list result: %w", ErrMalformed, err)
 	}
-	page := TaskPage{NextCursor: w.NextCursor}
-	for _, rt := range w.Tasks {
-		t, err := decodeTask(rt, EraLegacy, lim)
+	page := TaskPage{NextCursor: w.NextCursor, Tasks: make([]Task, 0, len(w.Tasks))}
+	for i := range w.Tasks {
+		t, err := w.Tasks[i].toTask(EraLegacy, lim)
 		if err != nil {
 			return TaskPage{}, err
 		}
