@@ -69,9 +69,16 @@ func TestBrowserPagesHoldNoSecret(t *testing.T) {
 		answer := mk()
 		secrets[fmt.Sprintf("answer %d", i+1)] = answer
 		if err := chromedp.Do(ctx, chromedp.Navigate(e.URL+"/operations/"+id), chromedp.WaitVisible(chromedp.CSS(`[data-testid=input-form] input[type=text]`)),
-			chromedp.SendKeys(chromedp.CSS(`[data-testid=input-form] input[type=text]`), answer),
-			chromedp.Click(chromedp.CSS(`[data-testid=input-accept]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid=page-title]`))); err != nil {
+			chromedp.SendKeys(chromedp.CSS(`[data-testid=input-form] input[type=text]`), answer)); err != nil {
 			t.Fatalf("answer question %d: %v", i+1, err)
+		}
+		// The answer is a form post answered with a redirect: wait for the page it leads to,
+		// so the next navigation does not race the one the post started (net::ERR_ABORTED).
+		if _, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`[data-testid=input-accept]`))); err != nil {
+			t.Fatalf("send answer %d: %v", i+1, err)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`[data-testid=page-title]`))); err != nil {
+			t.Fatalf("page after answer %d: %v", i+1, err)
 		}
 		opstest.WaitFor(t, passes, 20*time.Second, fmt.Sprintf("answer %d accepted", i+1), func() bool {
 			n := 0
