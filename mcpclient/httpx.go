@@ -359,10 +359,11 @@ func (h *httpRPC) post(ctx context.Context, id string, body []byte, header http.
 		return rep, fmt.Errorf("%w: SSE stream ended without the response: %w", ErrTransportLost, err)
 	}
 	var buf chunkBuf
-	if n := resp.ContentLength; n > 0 && n <= int64(lim.MaxMessage) {
-		// A declared length is read into one block of that size (and a byte to find the end
-		// in): the answer is contiguous without a copy. A server sending less fails the read;
-		// more, net/http does not pass on.
+	if n := resp.ContentLength; n > 0 && n <= chunkSize && n <= int64(lim.MaxMessage) {
+		// A declared length up to one block is read into one block of that size (and a byte to
+		// find the end in): the answer is contiguous without a copy. A server sending less
+		// fails the read; more, net/http does not pass on. A larger declared length is not
+		// trusted with an allocation before its bytes arrive.
 		buf.parts = [][]byte{make([]byte, 0, n+1)}
 	}
 	_, err = io.Copy(&buf, body2)
