@@ -105,3 +105,43 @@ func TestStatusAnswerWrittenBeforeTheStoredStatusIsStale(t *testing.T) {
 		}
 	}
 }
+
+// A final status written at the same instant as a stored open one is the later of the two,
+// whichever arrived first: a notification of the end is taken after a read that reported the
+// task working at that instant, and a read saying working again is then a violation.
+func TestFinalStatusAtTheStoredInstantIsTaken(t *testing.T) {
+	t.Parallel()
+	b := opstest.Setup(t, opstest.Options{})
+	ctx := context.Background()
+	id := b.Start(t, "refund", "same-instant", `{"duration_ms": 60000}`).Response.OperationID
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	if _, err := b.Store.Observe(ctx, id, operations.Observation{State: operations.StateWorking, StatusMessage: "Completed",
+		UpdatedAt: at, Basis: operations.StateWorking}, operations.SourcePoll); err != nil {
+		t.Fatal(err)
+	}
+	// A notification of input_required at that instant stays stale: of two open states written
+	// at once, neither is known to be the later.
+	r, err := b.Store.Observe(ctx, id, operations.Observation{State: operations.StateInputRequired, UpdatedAt: at}, operations.SourceNotification)
+	if err != nil || !r.Stale {
+		t.Fatalf("input_required at the same instant: %+v %v, want stale", r, err)
+	}
+	r, err = b.Store.Observe(ctx, id, operations.Observation{State: operations.StateCompleted, StatusMessage: "Completed", UpdatedAt: at}, operations.SourceNotification)
+	if err != nil || r.Stale || !r.BecameTerminal {
+		t.Fatalf("completed at the same instant: %+v %v, want it taken", r, err)
+	}
+	// An earlier final status is still older than the stored one.
+	id2 := b.Start(t, "refund", "earlier-final", `{"duration_ms": 60000}`).Response.OperationID
+	if _, err := b.Store.Observe(ctx, id2, operations.Observation{State: operations.StateWorking, StatusMessage: "still",
+		UpdatedAt: at, Basis: operations.StateWorking}, operations.SourcePoll); err != nil {
+		t.Fatal(err)
+	}
+	r, err = b.Store.Observe(ctx, id2, operations.Observation{State: operations.StateCompleted, UpdatedAt: at.Add(-time.Second)}, operations.SourceNotification)
+	if err != nil || !r.Stale {
+		t.Fatalf("completed before the stored instant: %+v %v, want stale", r, err)
+	}
+	r, err = b.Store.Observe(ctx, id, operations.Observation{State: operations.StateWorking, StatusMessage: "Completed",
+		UpdatedAt: at, Basis: operations.StateCompleted}, operations.SourcePoll)
+	if err != nil || !r.Violation {
+		t.Fatalf("working again after the end: %+v %v, want a violation", r, err)
+	}
+}

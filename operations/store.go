@@ -1063,12 +1063,19 @@ func (s *Store) Observe(ctx context.Context, opID string, obs Observation, sourc
 // by the server no later than the stored status (lastUpdatedAt upd) and read before it was
 // stored: a notification (it carries no send time), or a reading begun on another state than
 // the one stored. A reading begun on the stored state is newer whatever the server's clock
-// says, so a server whose clocks disagree still moves on.
+// says, so a server whose clocks disagree still moves on. A final status written at the same
+// instant as a stored open one is not older: a task ends after it works, never before, so of
+// the two the final one is the later (a server that then reports the open one again goes
+// back on it, a violation recorded as such).
 func olderThanStored(obs Observation, upd time.Time, from TaskState, source string) bool {
 	if source != SourceNotification && (obs.Basis == "" || obs.Basis == from) {
 		return false
 	}
-	return !obs.UpdatedAt.Truncate(time.Microsecond).After(upd) // PostgreSQL keeps microseconds
+	at := obs.UpdatedAt.Truncate(time.Microsecond) // PostgreSQL keeps microseconds
+	if at.Equal(upd) && obs.State.Final() && !from.Final() {
+		return false
+	}
+	return !at.After(upd)
 }
 
 // staleAgainst reports whether obs, which contradicts the stored final state from, was read

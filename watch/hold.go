@@ -309,8 +309,10 @@ func (h *hold) notified(id string, obs operations.Observation, res operations.Ob
 		return false
 	}
 	if e.reading {
-		// The read owns the copy: it polls again at once after it ends.
+		// The read owns the copy: it polls again at once after it ends, the row read again
+		// first when the notification changed it.
 		e.poke = e.poke || soon || res.Changed
+		e.refresh = e.refresh || res.Changed
 	} else {
 		if res.Changed {
 			learn(e.d.Task, obs, res.Now)

@@ -14,11 +14,19 @@ import (
 	"github.com/taskgate/taskgate/watch"
 )
 
+// patient is refund with a status read budget long enough for a test to hold an answer
+// until the task has moved on, however slow the machine.
+const patient = `
+  - {name: patient, server: rcv, tool: work_required, effect: effectful, task_use: required, fallback: {kind: reject},
+     max_ttl: 30m, owners: [ops], idempotency_argument: idempotency_key,
+     budgets: {status: {timeout: 20s, retries: 1}, result: {timeout: 5s, retries: 1}, create: {timeout: 3s}}}
+`
+
 // behindProxy sets up the receiver of one era behind a fault proxy the policy names.
 func behindProxy(t *testing.T, era string) (*opstest.Bundle, *faultproxy.Proxy) {
 	t.Helper()
 	var proxy *faultproxy.Proxy
-	b := opstest.Setup(t, opstest.Options{Era: era, Front: func(t testing.TB, target string) string {
+	b := opstest.Setup(t, opstest.Options{Era: era, Extra: patient, Front: func(t testing.TB, target string) string {
 		p, err := faultproxy.New(target)
 		if err != nil {
 			t.Fatal(err)
@@ -134,7 +142,10 @@ func TestStatusAnswerOvertakenByAnotherReplicasCompletionIsNoViolation(t *testin
 		t.Run(era, func(t *testing.T) {
 			t.Parallel()
 			b, proxy := behindProxy(t, era)
-			id := b.Start(t, "refund", "overtaken-1", `{"duration_ms": 300}`).Response.OperationID
+			// Long enough that the first status read finds the task working however slowly the
+			// watcher starts; the held answer then waits for the real end, not a fixed time,
+			// inside the patient workflow's status budget.
+			id := b.Start(t, "patient", "overtaken-1", `{"duration_ms": 2000}`).Response.OperationID
 			// This replica's connection hears of no status change: the completion is learned by
 			// another replica only.
 			for _, m := range []string{"notifications/tasks/status", "notifications/tasks"} {
@@ -147,7 +158,11 @@ func TestStatusAnswerOvertakenByAnotherReplicasCompletionIsNoViolation(t *testin
 					return false
 				}
 				// The answer is held while the task really ends and another replica learns it.
-				time.Sleep(700 * time.Millisecond)
+				taskID, _ := task["taskId"].(string)
+				if !endedOnReceiver(b, taskID, 10*time.Second) {
+					t.Errorf("task %q did not end on the receiver while its answer was held", taskID)
+					return false
+				}
 				r, err := b.Store.Observe(context.Background(), id, operations.Observation{State: operations.StateCompleted, Basis: operations.StateWorking}, operations.SourceNotification)
 				if err != nil || !r.BecameTerminal {
 					t.Errorf("the other replica's completion = %+v, %v", r, err)
@@ -174,6 +189,58 @@ func TestStatusAnswerOvertakenByAnotherReplicasCompletionIsNoViolation(t *testin
 			}
 		})
 	}
+}
+
+// A final status another writer stored while this replica's read was out, answered by that
+// read with a different message, still gets the outcome fetched: the answer changes the row,
+// but the holder's copy lacks the pending result the other writer set.
+func TestFinalAnswerAfterAnotherWritersCompletionStillFetchesTheOutcome(t *testing.T) {
+	t.Parallel()
+	for _, era := range []string{"legacy", "extension"} {
+		t.Run(era, func(t *testing.T) {
+			t.Parallel()
+			b, proxy := behindProxy(t, era)
+			id := b.Start(t, "patient", "final-elsewhere", `{"duration_ms": 1000}`).Response.OperationID
+			for _, m := range []string{"notifications/tasks/status", "notifications/tasks"} {
+				proxy.Add(faultproxy.Rule{Action: faultproxy.Rewrite, Method: m, Times: -1, Rewrite: elsewhere})
+			}
+			var stored atomic.Bool
+			proxy.Add(faultproxy.Rule{Action: faultproxy.Rewrite, Method: "tasks/get", Times: -1, Rewrite: func(msg map[string]any) bool {
+				task := faultproxy.ResultObject(msg)
+				if task == nil || task["status"] != "completed" || stored.Load() {
+					return false
+				}
+				// Another replica learns the end first, with its own message.
+				r, err := b.Store.Observe(context.Background(), id, operations.Observation{State: operations.StateCompleted,
+					StatusMessage: "Completed, as another replica heard", Basis: operations.StateWorking}, operations.SourceNotification)
+				if err != nil || !r.BecameTerminal {
+					t.Errorf("the other replica's completion = %+v, %v", r, err)
+				}
+				stored.Store(true)
+				task["statusMessage"] = "Completed, as this replica reads"
+				return true
+			}})
+			_, passes := b.Watcher(t, "w1", nil)
+			opstest.WaitFor(t, passes, 15*time.Second, "envelope", func() bool { return b.Detail(t, id).Envelope != nil })
+			if !stored.Load() {
+				t.Fatal("no final answer was rewritten: the test proves nothing")
+			}
+			d := b.Detail(t, id)
+			if d.Task.State != operations.StateCompleted || d.Task.ResultState != "fetched" || len(d.Violations) != 0 {
+				t.Fatalf("stored %s, result %s, violations %+v", d.Task.State, d.Task.ResultState, d.Violations)
+			}
+		})
+	}
+}
+
+// endedOnReceiver waits until the receiver's own record of a task shows it ended.
+func endedOnReceiver(b *opstest.Bundle, taskID string, within time.Duration) bool {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if h := b.Receiver.History(taskID); len(h) > 0 && h[len(h)-1].Terminal() {
+			return true
+		}
+	}
+	return false
 }
 
 // elsewhere makes a status notification name another task.
@@ -211,7 +278,8 @@ func plainMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 func TestWorkingAnswerOvertakenByTheQuestionLeavesItOpen(t *testing.T) {
 	t.Parallel()
 	b, proxy := behindProxy(t, "legacy")
-	id := b.Start(t, "refund", "overtaken-q", `{"duration_ms": 300, "outcome": "input"}`).Response.OperationID
+	// The question comes late enough that the first status read finds the task working.
+	id := b.Start(t, "patient", "overtaken-q", `{"duration_ms": 2000, "outcome": "input"}`).Response.OperationID
 	var held atomic.Bool
 	proxy.Add(faultproxy.Rule{Action: faultproxy.Rewrite, Method: "tasks/get", Times: -1, Rewrite: func(msg map[string]any) bool {
 		task := faultproxy.ResultObject(msg)
