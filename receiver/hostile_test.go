@@ -108,7 +108,10 @@ func TestHostileModesAgainstTheConsole(t *testing.T) {
 					if time.Now().After(deadline) {
 						for _, id := range ids {
 							d := b.Detail(t, id)
-							t.Logf("%s %s route %s task %+v item %+v", id, d.Workflow, d.Route, d.Task, d.Reconciliation)
+							t.Logf("%s %s route %s outcome %s task %+v item %+v", id, d.Workflow, d.Route, d.DomainOutcome, d.Task, d.Reconciliation)
+							for _, e := range d.Timeline {
+								t.Logf("  %s %s %s: %.200s", e.At.Format("15:04:05.000"), e.Source, e.State, e.Message)
+							}
 						}
 						t.Fatal("not every operation ended in a state or an item")
 					}

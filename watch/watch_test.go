@@ -62,7 +62,9 @@ func TestRestartResumesEveryTaskWithoutRepeatingACall(t *testing.T) {
 			const n = 8
 			var ids []string
 			for i := range n {
-				res := b.Start(t, "refund", fmt.Sprintf("rs-%d", i), fmt.Sprintf(`{"duration_ms": %d}`, 400+100*i))
+				// Long enough to be working at their first polls however slowly the watcher
+				// starts: a task that ends first is learned from its notification, unpolled.
+				res := b.Start(t, "refund", fmt.Sprintf("rs-%d", i), fmt.Sprintf(`{"duration_ms": %d}`, 2000+100*i))
 				ids = append(ids, res.Response.OperationID)
 			}
 			w1, passes := b.Watcher(t, "before", nil)
@@ -103,26 +105,74 @@ func TestTwoReplicasShareTasksWithoutDoublePolling(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	b := opstest.Setup(t, opstest.Options{Era: "extension", Receiver: receiver.Config{DefaultPollInterval: interval}})
 	const n = 12
-	// Long enough for each replica to run several passes, whichever of them starts first.
+	// Long enough for each replica to run several passes while the other holds tasks.
 	const duration = 3 * time.Second
 	var a, bb, passesA, passesB atomic.Int64
-	tune := func(c, p *atomic.Int64) func(*watch.Config) {
+	// Which replica takes a new task is a race its passes' timing decides (one replica won
+	// every task in some runs). So each replica's passes are paused in turn while half the
+	// tasks start: each then holds tasks the other's passes run beside, which is what the test
+	// is about. A paused replica still polls what it holds.
+	pauseA, pauseB := make(chan chan struct{}, 1), make(chan chan struct{}, 1)
+	parked, done := make(chan string, 2), make(chan struct{})
+	tune := func(name string, c, p *atomic.Int64, pause chan chan struct{}) func(*watch.Config) {
 		return func(cfg *watch.Config) {
 			cfg.BatchSize = 4
 			prev := cfg.AfterPass
-			cfg.AfterPass = func(k int) { c.Add(int64(k)); p.Add(1); prev(k) }
+			cfg.AfterPass = func(k int) {
+				c.Add(int64(k))
+				p.Add(1)
+				prev(k)
+				select {
+				case resume := <-pause:
+					parked <- name
+					select {
+					case <-resume:
+					case <-done: // the test ended while this replica was paused
+					}
+				default:
+				}
+			}
 		}
 	}
-	_, pa := b.Watcher(t, "replica-a", tune(&a, &passesA))
-	_, _ = b.Watcher(t, "replica-b", tune(&bb, &passesB))
-	// Both replicas are running passes before the first task starts, so neither can have claimed
-	// every task while the other was still connecting.
+	_, pa := b.Watcher(t, "replica-a", tune("a", &a, &passesA, pauseA))
+	_, pb := b.Watcher(t, "replica-b", tune("b", &bb, &passesB, pauseB))
+	t.Cleanup(func() { close(done) }) // before the replicas stop
 	opstest.WaitFor(t, pa, 20*time.Second, "both replicas running", func() bool { return passesA.Load() > 0 && passesB.Load() > 0 })
-	var ids []string
-	for i := range n {
-		res := b.Start(t, "refund", fmt.Sprintf("two-%d", i), fmt.Sprintf(`{"duration_ms": %d}`, duration.Milliseconds()))
-		ids = append(ids, res.Response.OperationID)
+	held := func(replica string) int {
+		var k int
+		if err := b.Pool.QueryRow(context.Background(), `SELECT count(*) FROM tasks WHERE lease_owner = $1`, replica).Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		return k
 	}
+	var ids []string
+	startHalf := func(from int) {
+		for i := from; i < from+n/2; i++ {
+			res := b.Start(t, "refund", fmt.Sprintf("two-%d", i), fmt.Sprintf(`{"duration_ms": %d}`, duration.Milliseconds()))
+			ids = append(ids, res.Response.OperationID)
+		}
+	}
+	park := func(pause chan chan struct{}, name string) chan struct{} {
+		resume := make(chan struct{})
+		pause <- resume
+		select {
+		case got := <-parked:
+			if got != name {
+				t.Fatalf("replica %s parked, want %s", got, name)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("replica %s never finished a pass", name)
+		}
+		return resume
+	}
+	resumeA := park(pauseA, "a")
+	startHalf(0)
+	opstest.WaitFor(t, pb, 20*time.Second, "replica b holding the first half", func() bool { return held("replica-b") == n/2 })
+	resumeB := park(pauseB, "b")
+	close(resumeA)
+	startHalf(n / 2)
+	opstest.WaitFor(t, pa, 20*time.Second, "replica a holding the second half", func() bool { return held("replica-a") == n/2 })
+	close(resumeB)
 	opstest.WaitFor(t, pa, 20*time.Second, "every task settled", func() bool { return settled(t, b, ids) })
 	if a.Load() == 0 || bb.Load() == 0 {
 		t.Fatalf("polls by replica: a=%d b=%d; both should have worked", a.Load(), bb.Load())
