@@ -83,6 +83,9 @@ func (s *Store) AcquireDue(ctx context.Context, replica string, n int, ahead, le
 				ELSE `+NextPollSQL+` END,
 			held_poll_at = NULL
 		FROM due WHERE t.operation_id = due.operation_id
+		  -- The ids as an index condition as well: the rows are then read by key whatever the
+		  -- planner thinks of the join (a hash of every task when the ids follow the heap).
+		  AND t.operation_id = ANY(ARRAY(SELECT operation_id FROM due))
 		RETURNING t.operation_id, t.next_poll_at`,
 		replica, n, lease.Milliseconds(), floor.Milliseconds(), defPoll.Milliseconds(), ahead.Milliseconds())
 	if err != nil {

@@ -195,12 +195,17 @@ type StartFigures struct {
 	SyncP99Ms    float64 `json:"sync_p99_ms"`
 	// CPU per insert, per capped Task start and per sync start: console, PostgreSQL and
 	// receiver milliseconds (the console spends none on an insert of the bench's own).
-	InsertCPU        CPUPerUnit `json:"insert_cpu_ms"`
-	TaskCPU          CPUPerUnit `json:"task_cpu_ms"`
-	SyncCPU          CPUPerUnit `json:"sync_cpu_ms"`
-	ScaleTasksPerS   float64    `json:"scale_tasks_per_s"`
-	ScaleP99Ms       float64    `json:"scale_p99_ms"`
-	ScaleRatio       float64    `json:"scale_ratio"`
+	InsertCPU      CPUPerUnit `json:"insert_cpu_ms"`
+	TaskCPU        CPUPerUnit `json:"task_cpu_ms"`
+	SyncCPU        CPUPerUnit `json:"sync_cpu_ms"`
+	ScaleTasksPerS float64    `json:"scale_tasks_per_s"`
+	ScaleP99Ms     float64    `json:"scale_p99_ms"`
+	ScaleRatio     float64    `json:"scale_ratio"`
+	// ScaleCPU is TaskCPU at scale. The WAL figures are PostgreSQL's write-ahead log per capped
+	// start, bytes and full-page images, on the empty ledger and at scale.
+	ScaleCPU         CPUPerUnit `json:"scale_task_cpu_ms"`
+	WAL              WALPerUnit `json:"wal_per_start"`
+	ScaleWAL         WALPerUnit `json:"scale_wal_per_start"`
 	Errors           int64      `json:"errors"`
 	CapExceeded      bool       `json:"cap_exceeded"`
 	CapLimit         int        `json:"cap_limit"`
@@ -807,11 +812,13 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 	}
 	before := e.statements.n.Load()
 	m = e.cpuMeter()
+	w := e.walMeter(ctx)
 	rate, lat, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_capped", longWork))
 	if rate == 0 {
 		return fmt.Errorf("no start succeeded: %v", ferr)
 	}
 	res.Start.TaskCPU = m.per(rate * e.o.Phase.Seconds())
+	res.Start.WAL = w.per(ctx, rate*e.o.Phase.Seconds())
 	// Statements per start, the change publisher's and the prober's included (a few a second).
 	res.Start.StatementsPerRun = round2(float64(e.statements.n.Load()-before) / (rate * e.o.Phase.Seconds()))
 	before = e.statements.n.Load()
@@ -882,15 +889,55 @@ func (e *env) capPhase(ctx context.Context, res *Results) error {
 }
 
 func (e *env) scalePhase(ctx context.Context, res *Results) error {
+	m, w := e.cpuMeter(), e.walMeter(ctx)
 	rate, lat, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_capped", longWork))
 	if rate == 0 {
 		return fmt.Errorf("no start succeeded: %v", ferr)
 	}
 	s := &res.Start
+	s.ScaleCPU, s.ScaleWAL = m.per(rate*e.o.Phase.Seconds()), w.per(ctx, rate*e.o.Phase.Seconds())
 	s.ScaleTasksPerS, s.ScaleP99Ms = round2(rate), quantileMs(lat, 0.99)
 	s.ScaleRatio = round2(rate / s.TasksPerS)
 	s.Errors += errs
 	return nil
+}
+
+// WALPerUnit is PostgreSQL's write-ahead log per unit of work: bytes (by the WAL position,
+// exact) and full-page images (pg_stat_wal, which each backend updates about once a second:
+// over a 10 s phase within a tenth).
+type WALPerUnit struct {
+	Bytes float64 `json:"bytes"`
+	FPI   float64 `json:"full_page_images"`
+}
+
+// walMeter reads the WAL position and pg_stat_wal at the start of a stretch of work.
+type walMeter struct {
+	e          *env
+	bytes, fpi float64
+}
+
+const walNow = `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8, wal_fpi::float8 FROM pg_stat_wal`
+
+func (e *env) walMeter(ctx context.Context) walMeter {
+	m := walMeter{e: e}
+	_ = e.pool.QueryRow(ctx, walNow).Scan(&m.bytes, &m.fpi)
+	return m
+}
+
+func (m walMeter) per(ctx context.Context, n float64) WALPerUnit {
+	var b, f float64
+	if n <= 0 || m.e.pool.QueryRow(ctx, walNow).Scan(&b, &f) != nil {
+		return WALPerUnit{}
+	}
+	return WALPerUnit{Bytes: math.Round((b - m.bytes) / n), FPI: round2((f - m.fpi) / n)}
+}
+
+// seedID is SQL for an operation id as the console makes them (a version 7 UUID, see
+// operations' newOperationID) for a row created at the timestamp expression at: the first 48
+// bits its milliseconds, the version nibble 7, the rest a random UUID's.
+func seedID(at string) string {
+	return `encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) placing
+		substring(int8send((extract(epoch FROM ` + at + `) * 1000)::bigint) FROM 3) FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid`
 }
 
 // seed fills the ledger to o.Operations with o.OpenTasks open tasks of the capped workflow and
@@ -920,7 +967,7 @@ func (e *env) seed(ctx context.Context) error {
 	for from := 1; from <= n; from += batch {
 		to := min(n, from+batch-1)
 		if _, err := conn.Exec(ctx, `
-			WITH g AS (SELECT i, gen_random_uuid() AS id, i <= $3 AS open FROM generate_series($1::int, $2::int) AS i),
+			WITH g AS (SELECT i, `+seedID("now() - make_interval(secs => i * 0.5)")+` AS id, i <= $3 AS open FROM generate_series($1::int, $2::int) AS i),
 			o AS (
 				INSERT INTO operations (id, tenant, workflow, idempotency_key, request_sha256, actor, object_ref, route, reason_code, reason,
 				                        domain_outcome, attention, attention_reason, created_at, updated_at)
@@ -1009,6 +1056,9 @@ func printTable(w io.Writer, r *Results) {
 	row("start.uncached_router_tasks_per_s", s.UncachedPerS, fmt.Sprintf("router reading its inputs per start: %.1f statements", s.UncachedStatements))
 	row("start.sync_ratio", s.SyncRatio, fmt.Sprintf("%.0f sync starts/s", s.SyncPerS))
 	row("start.scale_ratio", s.ScaleRatio, fmt.Sprintf("%.0f/s at %d operations; target >= 0.9", s.ScaleTasksPerS, r.Scale.Operations))
+	row("start.scale_task_cpu_ms", s.ScaleCPU.Total, fmt.Sprintf("console %.3f, PostgreSQL %.3f, receiver %.3f (empty ledger: %.3f)",
+		s.ScaleCPU.Console, s.ScaleCPU.Postgres, s.ScaleCPU.Receiver, s.TaskCPU.Total))
+	row("start.wal_per_start (bytes)", s.WAL.Bytes, fmt.Sprintf("%.2f full-page images; at scale %.0f bytes, %.2f images", s.WAL.FPI, s.ScaleWAL.Bytes, s.ScaleWAL.FPI))
 	row("start.cap_max_in_flight", s.CapMaxInFlight, fmt.Sprintf("cap %d, %d refused; exceeded=%v", s.CapLimit, s.CapRefused, s.CapExceeded))
 	wf := r.Watch
 	opt := func(v *float64) any {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/taskgate/taskgate/internal/pgtest"
 )
@@ -49,6 +53,9 @@ func TestSmoke(t *testing.T) {
 	if r.Start.StatementsPerRun <= 0 || r.Start.UncachedStatements < r.Start.StatementsPerRun+2 {
 		t.Errorf("statements per start: %.2f with cached route inputs, %.2f without", r.Start.StatementsPerRun, r.Start.UncachedStatements)
 	}
+	if r.Start.WAL.Bytes <= 0 || r.Start.ScaleWAL.Bytes <= 0 || r.Start.ScaleCPU.Total <= 0 {
+		t.Errorf("WAL or scale CPU figures missing: %+v %+v %+v", r.Start.WAL, r.Start.ScaleWAL, r.Start.ScaleCPU)
+	}
 	if r.Start.CapExceeded || r.Start.CapMaxInFlight > r.Start.CapLimit || r.Start.CapRefused == 0 {
 		t.Errorf("cap: %d in flight of %d, %d refused", r.Start.CapMaxInFlight, r.Start.CapLimit, r.Start.CapRefused)
 	}
@@ -87,5 +94,28 @@ func TestSmoke(t *testing.T) {
 		if _, ok := raw[sec][key]; !ok {
 			t.Errorf("bench.json lacks %s", k)
 		}
+	}
+}
+
+// The seed's ids are the console's: version 7, their first 48 bits the row's milliseconds.
+func TestSeedIDIsAVersion7UUIDOfItsTime(t *testing.T) {
+	t.Parallel()
+	conn, err := pgx.Connect(context.Background(), pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var id string
+	var ms int64
+	if err := conn.QueryRow(context.Background(), `SELECT `+seedID("timestamptz '2026-01-02 03:04:05.678+00'")+`::text,
+		(extract(epoch FROM timestamptz '2026-01-02 03:04:05.678+00') * 1000)::bigint`).Scan(&id, &ms); err != nil {
+		t.Fatal(err)
+	}
+	u, err := uuid.Parse(id)
+	if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+		t.Fatalf("seed id %s: version %d variant %v err %v", id, u.Version(), u.Variant(), err)
+	}
+	if at := int64(binary.BigEndian.Uint64(append([]byte{0, 0}, u[:6]...))); at != ms {
+		t.Fatalf("seed id %s holds %d ms, want %d", id, at, ms)
 	}
 }

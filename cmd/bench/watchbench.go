@@ -90,7 +90,7 @@ func (e *env) ledgerTasks(ctx context.Context, workflow, server string, ts []mcp
 			ids[i], msgs[i], created[i], updated[i] = t.ID, t.StatusMessage, t.CreatedAt, t.LastUpdatedAt
 		}
 		if _, err := e.pool.Exec(ctx, `
-			WITH i AS MATERIALIZED (SELECT u.task_id, u.msg, u.created, u.updated, gen_random_uuid() AS id
+			WITH i AS MATERIALIZED (SELECT u.task_id, u.msg, u.created, u.updated, `+seedID("clock_timestamp()")+` AS id
 				FROM unnest($1::text[], $5::text[], $6::timestamptz[], $7::timestamptz[]) AS u(task_id, msg, created, updated)),
 			o AS (INSERT INTO operations (id, tenant, workflow, idempotency_key, request_sha256, actor, object_ref, route, reason_code, reason,
 			                            domain_outcome, created_at, updated_at)
