@@ -545,11 +545,11 @@ func (s *Service) observed(ctx context.Context, e *entry, conn mcpclient.Conn, w
 		s.metrics.violations.WithLabelValues(operations.ViolationTransition).Inc()
 		log().Warn("task status transition violates the state machine", "from", res.From, "to", snap.Task.Status)
 	}
-	if res.Stale || res.From != before || (!res.Changed && res.Now != before) {
+	if res.Stale || res.From != before {
 		// Another connection or replica stored a status this replica had not learnt (the final
-		// one while this read was out, a cancel's answer): start again from the stored row. So
-		// too when this answer changed a row another writer had already moved on: the copy
-		// lacks what that writer set (an outcome to fetch).
+		// one while this read was out, a cancel's answer): start again from the stored row,
+		// whether or not this answer changed it too. The copy lacks what that writer set (an
+		// outcome to fetch).
 		if res.Stale {
 			s.metrics.stale.Inc()
 		}
