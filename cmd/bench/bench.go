@@ -29,6 +29,7 @@ import (
 	"github.com/taskgate/taskgate/internal/pgcluster"
 	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
+	"github.com/taskgate/taskgate/mcpclient"
 	"github.com/taskgate/taskgate/migrations"
 	"github.com/taskgate/taskgate/operations"
 	"github.com/taskgate/taskgate/receiver"
@@ -216,6 +217,21 @@ type StartFigures struct {
 	// inputs (stage, manifest status) for every decision: the figures before the cache.
 	UncachedPerS       float64 `json:"uncached_router_tasks_per_s"`
 	UncachedStatements float64 `json:"uncached_router_statements_per_start"`
+	// The MCP calls alone, with no ledger, no route and no database: the bench_capped tool
+	// created as a Task, and the bench_sync tool called plainly, by 4 clients through the same
+	// pooled connection to the same receiver. A start makes exactly one such call, so its rate
+	// is the most a start could reach on this machine if the database and the console's
+	// bookkeeping cost nothing: CallCeiling and SyncCallCeiling are those rates ÷ the insert
+	// rate, the bound on start.ratio and start.sync_ratio.
+	BareTasksPerS   float64    `json:"bare_tasks_per_s"`
+	BareTaskCPU     CPUPerUnit `json:"bare_task_cpu_ms"`
+	CallCeiling     float64    `json:"call_ceiling_ratio"`
+	BareSyncPerS    float64    `json:"bare_sync_per_s"`
+	BareSyncCPU     CPUPerUnit `json:"bare_sync_cpu_ms"`
+	SyncCallCeiling float64    `json:"sync_call_ceiling_ratio"`
+	// RowsPerStart is the rows a Task start wrote, over every table (the ledger, the console's
+	// read model, the live-update queue; see RowsPerUnit). A plain insert writes one.
+	RowsPerStart RowsPerUnit `json:"rows_per_start"`
 }
 
 // WatchFigures are the durable watcher's, beside mcp-go's WaitForTask on the same receiver.
@@ -792,6 +808,10 @@ func (e *env) startWith(svc *operations.Service, workflow string, args string) f
 const longWork = `{"duration_ms": 7200000}`
 
 func (e *env) startPhase(ctx context.Context, res *Results) error {
+	// A kept database has the table of an earlier run.
+	if _, err := e.pool.Exec(ctx, `DROP TABLE IF EXISTS bench_inserts`); err != nil {
+		return err
+	}
 	if _, err := e.pool.Exec(ctx, `CREATE TABLE bench_inserts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, tenant text NOT NULL,
 		k text NOT NULL, at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return err
@@ -811,6 +831,7 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 		return fmt.Errorf("first start: %w", err)
 	}
 	before := e.statements.n.Load()
+	rows := e.rowsWritten(ctx)
 	m = e.cpuMeter()
 	w := e.walMeter(ctx)
 	rate, lat, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_capped", longWork))
@@ -828,14 +849,105 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 		res.Start.UncachedStatements = round2(float64(e.statements.n.Load()-before) / (unc * e.o.Phase.Seconds()))
 	}
 	un, _, errs2, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_open", longWork))
-	m = e.cpuMeter()
-	sy, slat, errs3, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_sync", `{}`))
-	res.Start.SyncCPU = m.per(sy * e.o.Phase.Seconds())
 	s := &res.Start
 	s.InsertsPerS, s.TasksPerS, s.Ratio = round2(ins), round2(rate), round2(rate/ins)
 	s.P50Ms, s.P99Ms = quantileMs(lat, 0.50), quantileMs(lat, 0.99)
-	s.UncappedPerS, s.SyncPerS, s.SyncRatio, s.SyncP99Ms = round2(un), round2(sy), round2(sy/ins), quantileMs(slat, 0.99)
-	s.Errors = errs + errs2 + errs3 + errs4
+	s.UncappedPerS = round2(un)
+	// A backend reports its rows when it ends: the pool's connections are closed (each as it
+	// comes back), and the bare task creations, which write nothing, give them a phase to end
+	// and the compactor and the change publisher the time to drain what the starts left them.
+	e.pool.Reset()
+	if err := e.bareTasks(ctx, s); err != nil {
+		return err
+	}
+	s.RowsPerStart = rows.per(ctx, (rate+unc+un)*e.o.Phase.Seconds())
+	m = e.cpuMeter()
+	sy, slat, errs3, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_sync", `{}`))
+	res.Start.SyncCPU = m.per(sy * e.o.Phase.Seconds())
+	s.SyncPerS, s.SyncRatio, s.SyncP99Ms = round2(sy), round2(sy/ins), quantileMs(slat, 0.99)
+	s.Errors += errs + errs2 + errs3 + errs4
+	return e.bareSync(ctx, s)
+}
+
+// RowsPerUnit is what PostgreSQL's statistics say a unit of work wrote: rows inserted, updated
+// (of which heap-only) and deleted, over every table, triggers and background work included.
+type RowsPerUnit struct {
+	Inserted float64 `json:"inserted"`
+	Updated  float64 `json:"updated"`
+	HOT      float64 `json:"hot_updated"`
+	Deleted  float64 `json:"deleted"`
+	Total    float64 `json:"total"`
+}
+
+type rowsMeter struct {
+	e                      *env
+	ins, upd, hot, del, ok float64
+}
+
+const rowsNow = `SELECT sum(n_tup_ins)::float8, sum(n_tup_upd)::float8, sum(n_tup_hot_upd)::float8, sum(n_tup_del)::float8 FROM pg_stat_user_tables`
+
+// rowsWritten reads the row counters at the start of a stretch of work. A backend reports its
+// counts when a transaction ends, at most once a second, and when it exits: read the end after
+// the connections that did the work were closed.
+func (e *env) rowsWritten(ctx context.Context) rowsMeter {
+	m := rowsMeter{e: e}
+	if e.pool.QueryRow(ctx, rowsNow).Scan(&m.ins, &m.upd, &m.hot, &m.del) == nil {
+		m.ok = 1
+	}
+	return m
+}
+
+func (m rowsMeter) per(ctx context.Context, n float64) RowsPerUnit {
+	var ins, upd, hot, del float64
+	if n <= 0 || m.ok == 0 || m.e.pool.QueryRow(ctx, rowsNow).Scan(&ins, &upd, &hot, &del) != nil {
+		return RowsPerUnit{}
+	}
+	r := RowsPerUnit{Inserted: round2((ins - m.ins) / n), Updated: round2((upd - m.upd) / n), HOT: round2((hot - m.hot) / n),
+		Deleted: round2((del - m.del) / n)}
+	r.Total = round2(r.Inserted + r.Updated + r.Deleted)
+	return r
+}
+
+// bareTasks measures the MCP call a Task start makes, alone: 4 clients creating Tasks of
+// bench_capped's tool on the same pooled connection to the same receiver, with nothing written
+// anywhere. bareSync does the same for bench_sync's plain call.
+func (e *env) bareTasks(ctx context.Context, s *StartFigures) error {
+	conn, err := e.servers.Conn(ctx, "rcv")
+	if err != nil {
+		return fmt.Errorf("bare calls: %w", err)
+	}
+	var args map[string]any
+	if err := json.Unmarshal([]byte(longWork), &args); err != nil {
+		return err
+	}
+	m := e.cpuMeter()
+	rate, _, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, func(ctx context.Context) error {
+		_, err := conn.CreateTask(ctx, "work_optional", args, mcpclient.TaskOptions{TTL: 2 * time.Hour})
+		return err
+	})
+	if rate == 0 {
+		return fmt.Errorf("no bare task creation succeeded: %v", ferr)
+	}
+	s.BareTasksPerS, s.BareTaskCPU, s.CallCeiling = round2(rate), m.per(rate*e.o.Phase.Seconds()), round2(rate/s.InsertsPerS)
+	s.Errors += errs
+	return nil
+}
+
+func (e *env) bareSync(ctx context.Context, s *StartFigures) error {
+	conn, err := e.servers.Conn(ctx, "rcv")
+	if err != nil {
+		return fmt.Errorf("bare calls: %w", err)
+	}
+	m := e.cpuMeter()
+	sy, _, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, func(ctx context.Context) error {
+		_, err := conn.CallTool(ctx, "work_forbidden", map[string]any{}, mcpclient.CallOptions{})
+		return err
+	})
+	if sy == 0 {
+		return fmt.Errorf("no bare sync call succeeded: %v", ferr)
+	}
+	s.BareSyncPerS, s.BareSyncCPU, s.SyncCallCeiling = round2(sy), m.per(sy*e.o.Phase.Seconds()), round2(sy/s.InsertsPerS)
+	s.Errors += errs
 	return nil
 }
 
@@ -1055,6 +1167,10 @@ func printTable(w io.Writer, r *Results) {
 	row("start.sync_cpu_ms", s.SyncCPU.Total, cpu(s.SyncCPU))
 	row("start.uncached_router_tasks_per_s", s.UncachedPerS, fmt.Sprintf("router reading its inputs per start: %.1f statements", s.UncachedStatements))
 	row("start.sync_ratio", s.SyncRatio, fmt.Sprintf("%.0f sync starts/s", s.SyncPerS))
+	row("start.call_ceiling_ratio", s.CallCeiling, fmt.Sprintf("the MCP task creation alone, no database: %.0f/s, %s", s.BareTasksPerS, cpu(s.BareTaskCPU)))
+	row("start.rows_per_start", s.RowsPerStart.Total, fmt.Sprintf("rows a Task start writes: %.1f inserted, %.1f updated (%.1f heap-only), %.1f deleted; an insert writes 1",
+		s.RowsPerStart.Inserted, s.RowsPerStart.Updated, s.RowsPerStart.HOT, s.RowsPerStart.Deleted))
+	row("start.sync_call_ceiling_ratio", s.SyncCallCeiling, fmt.Sprintf("the plain MCP call alone: %.0f/s, %s", s.BareSyncPerS, cpu(s.BareSyncCPU)))
 	row("start.scale_ratio", s.ScaleRatio, fmt.Sprintf("%.0f/s at %d operations; target >= 0.9", s.ScaleTasksPerS, r.Scale.Operations))
 	row("start.scale_task_cpu_ms", s.ScaleCPU.Total, fmt.Sprintf("console %.3f, PostgreSQL %.3f, receiver %.3f (empty ledger: %.3f)",
 		s.ScaleCPU.Console, s.ScaleCPU.Postgres, s.ScaleCPU.Receiver, s.TaskCPU.Total))

@@ -56,6 +56,11 @@ func TestSmoke(t *testing.T) {
 	if r.Start.WAL.Bytes <= 0 || r.Start.ScaleWAL.Bytes <= 0 || r.Start.ScaleCPU.Total <= 0 {
 		t.Errorf("WAL or scale CPU figures missing: %+v %+v %+v", r.Start.WAL, r.Start.ScaleWAL, r.Start.ScaleCPU)
 	}
+	// A Task start writes at least its operation, its task and a timeline entry, and the MCP
+	// calls alone are measured beside it.
+	if r.Start.RowsPerStart.Inserted < 3 || r.Start.BareTasksPerS <= 0 || r.Start.CallCeiling <= 0 || r.Start.BareSyncPerS <= 0 {
+		t.Errorf("rows per start or bare call figures: %+v", r.Start)
+	}
 	if r.Start.CapExceeded || r.Start.CapMaxInFlight > r.Start.CapLimit || r.Start.CapRefused == 0 {
 		t.Errorf("cap: %d in flight of %d, %d refused", r.Start.CapMaxInFlight, r.Start.CapLimit, r.Start.CapRefused)
 	}
@@ -88,6 +93,7 @@ func TestSmoke(t *testing.T) {
 		raw[sec] = m
 	}
 	for _, k := range []string{"start.inserts_per_s", "start.tasks_per_s", "start.ratio", "start.scale_ratio", "start.p99_ms",
+		"start.call_ceiling_ratio", "start.sync_call_ceiling_ratio", "start.rows_per_start",
 		"watch.max_tasks_1s", "watch.waitfortask_max_tasks_1s", "watch.cpu_ms_per_observation", "watch.waitfortask_cpu_ms_per_poll",
 		"watch.bytes_per_task", "watch.amplification", "killswitch.p99_ms", "console.p95_ms"} {
 		sec, key, _ := strings.Cut(k, ".")

@@ -87,6 +87,13 @@ func (e *env) postgresCPU() time.Duration {
 		ut, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
 		total += ut + st
+		if pid == root && len(f) >= 15 {
+			// The backends that ended: the server reaps them, and their CPU adds to its
+			// children's (a connection the pool closed keeps counting).
+			cut, _ := strconv.ParseInt(f[13], 10, 64)
+			cst, _ := strconv.ParseInt(f[14], 10, 64)
+			total += cut + cst
+		}
 	}
 	return time.Duration(total * int64(time.Second) / hz)
 }
