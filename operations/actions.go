@@ -146,7 +146,7 @@ func (s *Service) AnswerInputRecorded(ctx context.Context, scope Scope, id, key,
 			open = p.ExpiresAt == nil || p.ExpiresAt.After(s.cfg.Now())
 		}
 	}
-	if !open || op.Task.State != StateInputRequired {
+	if !open || op.Task.State.Final() {
 		for _, p := range inputs {
 			if why := whyClosed(p, op.Task.State, s.cfg.Now()); p.Key == key && why != "" {
 				return Detail{}, fmt.Errorf("operation %s: %w", id, &InputExpiredError{Key: key, Reason: why})

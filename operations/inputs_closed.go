@@ -46,9 +46,13 @@ func whyClosed(p PendingInput, st TaskState, now time.Time) string {
 		return "the question was closed: the task is " + st.Words()
 	case p.ExpiresAt != nil && !p.ExpiresAt.After(now):
 		return "the question expired at " + p.ExpiresAt.UTC().Format("2006-01-02 15:04:05 UTC")
-	case st != StateInputRequired:
+	case st.Final():
 		return "the task is " + st.Words() + ", no longer waiting for input"
 	}
+	// An open question of a task stored as working is answerable: leaving input_required
+	// closes every open question (moveOnInputs), so this one was asked after that, and the
+	// stored state has not caught up yet (a question reaches the console on the server's
+	// stream before the status read that shows input_required). The server judges the answer.
 	return ""
 }
 
