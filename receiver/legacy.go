@@ -230,6 +230,7 @@ func (r *Receiver) legacyTasksResult(rc *reqCtx, p obj) reply {
 	if rerr != nil {
 		return fail(rerr)
 	}
+	var own *sseStream // this request's stream, once a question went out on it
 	onChange := func() {
 		if r.tasks.snapshot(t).Status != StatusInputRequired {
 			return
@@ -238,6 +239,7 @@ func (r *Receiver) legacyTasksResult(rc *reqCtx, p obj) reply {
 		var out outbound
 		if !inputOnGet && rc.stream != nil {
 			out = rc.stream()
+			own, _ = out.(*sseStream)
 		}
 		if out == nil {
 			out = rc.sess.getStream()
@@ -247,6 +249,14 @@ func (r *Receiver) legacyTasksResult(rc *reqCtx, p obj) reply {
 		}
 	}
 	if err := r.tasks.wait(rc.ctx, t, onChange); err != nil {
+		// The client went away. A question sent on this stream is asked again on another
+		// tasks/result of the task held open now (a console replica that took over) at once,
+		// not at the task's next change: the stream is closed first, so it no longer counts as
+		// the one holding the question.
+		if own != nil {
+			own.close()
+			r.tasks.wake(t)
+		}
 		return fail(errf(CodeInternalError, "Internal error: %v", err))
 	}
 	ts := r.tasks.snapshot(t)

@@ -507,3 +507,75 @@ func TestLegacySSEResponsesKnob(t *testing.T) {
 		t.Fatalf("event %q: %v", data, err)
 	}
 }
+
+// A question sent on a tasks/result whose client went away is asked again at once on another
+// tasks/result of the task that was already open (a console replica taking over from one that
+// stopped), not only at the task's next change.
+func TestLegacyQuestionMovesToAnOpenResultWhenItsStreamCloses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	c1 := newLegacy(t, b, "")
+	id, _ := c1.createTask(ToolWorkOptional, obj{"outcome": OutcomeInput, "idempotency_key": "moves"}, 0)
+	waitStatus(t, b.r, id, StatusInputRequired)
+
+	// The first client holds tasks/result and is asked; it never answers.
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	resp1, err := c1.post(ctx1, obj{"jsonrpc": "2.0", "id": rpcIDs.Add(1), "method": "tasks/result", "params": obj{"taskId": id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp1.Body.Close()
+	asked := false
+	readSSE(resp1.Body, func(m obj) bool {
+		asked = m["method"] == "elicitation/create"
+		return !asked
+	})
+	if !asked {
+		t.Fatal("the first tasks/result ended without the question")
+	}
+
+	// A second client opens tasks/result while the first still holds the question.
+	c2 := newLegacy(t, b, "")
+	c2.onRequest = func(obj) any { return obj{"action": "accept", "content": obj{"approve": true}} }
+	type answer struct {
+		res  obj
+		rerr *rpcError
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := c2.post(context.Background(), obj{"jsonrpc": "2.0", "id": rpcIDs.Add(1), "method": "tasks/result", "params": obj{"taskId": id}})
+		if err != nil {
+			done <- answer{rerr: &rpcError{Message: err.Error()}}
+			return
+		}
+		defer resp.Body.Close()
+		var out rpcResp
+		readSSE(resp.Body, func(m obj) bool {
+			if _, isReq := m["method"]; isReq {
+				c2.serverMessage(m)
+				return true
+			}
+			b, _ := json.Marshal(m)
+			_ = json.Unmarshal(b, &out)
+			return false
+		})
+		done <- answer{out.Result, out.Error}
+	}()
+	select {
+	case <-c2.seen:
+		t.Fatal("the question was asked again while the first stream held it")
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	cancel1() // the first client goes away
+	select {
+	case a := <-done:
+		if a.rerr != nil || a.res["isError"] == true {
+			t.Fatalf("the second tasks/result: %v %v", a.res, a.rerr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the question was not asked again on the open tasks/result after the first stream closed")
+	}
+	checkHistory(t, b.r, id, StatusWorking, StatusInputRequired, StatusWorking, StatusCompleted)
+}

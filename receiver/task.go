@@ -190,6 +190,15 @@ func (s *taskStore) transitionLocked(t *task, to Status, msg string) bool {
 }
 
 // notifyLocked wakes waiters and queues status notifications.
+// wake runs the task's waiters again (their onChange) without a change to report: a stream
+// that held its questions closed.
+func (s *taskStore) wake(t *task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
 func (s *taskStore) notifyLocked(t *task) {
 	close(t.changed)
 	t.changed = make(chan struct{})
