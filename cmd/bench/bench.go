@@ -912,43 +912,41 @@ func (m rowsMeter) per(ctx context.Context, n float64) RowsPerUnit {
 // bench_capped's tool on the same pooled connection to the same receiver, with nothing written
 // anywhere. bareSync does the same for bench_sync's plain call.
 func (e *env) bareTasks(ctx context.Context, s *StartFigures) error {
-	conn, err := e.servers.Conn(ctx, "rcv")
-	if err != nil {
-		return fmt.Errorf("bare calls: %w", err)
-	}
 	var args map[string]any
 	if err := json.Unmarshal([]byte(longWork), &args); err != nil {
 		return err
 	}
-	m := e.cpuMeter()
-	rate, _, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, func(ctx context.Context) error {
+	rate, cpu, err := e.bareCalls(ctx, s, "task creation", func(ctx context.Context, conn mcpclient.Conn) error {
 		_, err := conn.CreateTask(ctx, "work_optional", args, mcpclient.TaskOptions{TTL: 2 * time.Hour})
 		return err
 	})
-	if rate == 0 {
-		return fmt.Errorf("no bare task creation succeeded: %v", ferr)
-	}
-	s.BareTasksPerS, s.BareTaskCPU, s.CallCeiling = round2(rate), m.per(rate*e.o.Phase.Seconds()), round2(rate/s.InsertsPerS)
-	s.Errors += errs
-	return nil
+	s.BareTasksPerS, s.BareTaskCPU, s.CallCeiling = round2(rate), cpu, round2(rate/s.InsertsPerS)
+	return err
 }
 
 func (e *env) bareSync(ctx context.Context, s *StartFigures) error {
-	conn, err := e.servers.Conn(ctx, "rcv")
-	if err != nil {
-		return fmt.Errorf("bare calls: %w", err)
-	}
-	m := e.cpuMeter()
-	sy, _, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, func(ctx context.Context) error {
+	rate, cpu, err := e.bareCalls(ctx, s, "sync call", func(ctx context.Context, conn mcpclient.Conn) error {
 		_, err := conn.CallTool(ctx, "work_forbidden", map[string]any{}, mcpclient.CallOptions{})
 		return err
 	})
-	if sy == 0 {
-		return fmt.Errorf("no bare sync call succeeded: %v", ferr)
+	s.BareSyncPerS, s.BareSyncCPU, s.SyncCallCeiling = round2(rate), cpu, round2(rate/s.InsertsPerS)
+	return err
+}
+
+// bareCalls runs call from 4 clients for a phase on the main receiver's pooled connection and
+// returns its rate and CPU per call; its failures count among the start phase's errors.
+func (e *env) bareCalls(ctx context.Context, s *StartFigures, what string, call func(context.Context, mcpclient.Conn) error) (float64, CPUPerUnit, error) {
+	conn, err := e.servers.Conn(ctx, "rcv")
+	if err != nil {
+		return 0, CPUPerUnit{}, fmt.Errorf("bare %s: %w", what, err)
 	}
-	s.BareSyncPerS, s.BareSyncCPU, s.SyncCallCeiling = round2(sy), m.per(sy*e.o.Phase.Seconds()), round2(sy/s.InsertsPerS)
+	m := e.cpuMeter()
+	rate, _, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, func(ctx context.Context) error { return call(ctx, conn) })
 	s.Errors += errs
-	return nil
+	if rate == 0 {
+		return 0, CPUPerUnit{}, fmt.Errorf("no bare %s succeeded: %v", what, ferr)
+	}
+	return rate, m.per(rate * e.o.Phase.Seconds()), nil
 }
 
 // capPhase drives 4 clients of starts at a workflow capped at capTight and checks, while they
