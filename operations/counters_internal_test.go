@@ -506,3 +506,82 @@ func TestRecountRepairsRowsWrittenWithTriggersOff(t *testing.T) {
 		t.Errorf("after the recount the queue counts %d of %d open items", counted, items)
 	}
 }
+
+// TestCompactionStaysLinearWithAPlanCachedWhileEmpty: the compactor's statement is prepared
+// once per connection, so its plan can be one made while overview_dirty was empty (just
+// vacuumed: zero pages, zero rows). Under a burst of marks that plan must not test every mark
+// against the marks taken (an array searched per row made one statement quadratic: 2-5 s at
+// 75,000 marks), and the passes still take every mark, more than one batch of them.
+func TestCompactionStaysLinearWithAPlanCachedWhileEmpty(t *testing.T) {
+	t.Parallel()
+	s := NewStore(pgtest.New(t))
+	ctx := context.Background()
+	if _, err := s.pool.Exec(ctx, `VACUUM overview_dirty`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `PREPARE compact AS ` + compactSQL} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	plan := func() []map[string]any {
+		t.Helper()
+		var raw []map[string]any
+		if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE compact(5000)`).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var scans []map[string]any
+		var walk func(n map[string]any)
+		walk = func(n map[string]any) {
+			if n["Relation Name"] == "overview_dirty" && n["Node Type"] != "ModifyTable" {
+				scans = append(scans, n)
+			}
+			kids, _ := n["Plans"].([]any)
+			for _, k := range kids {
+				walk(k.(map[string]any))
+			}
+		}
+		walk(raw[0]["Plan"].(map[string]any))
+		return scans
+	}
+	plan() // the generic plan, made and cached while the table is empty
+
+	l := &ledger{t: t, pool: s.pool, rng: rand.New(rand.NewPCG(56, 78))}
+	for range 40 {
+		l.newOp()
+	}
+	l.exec(`INSERT INTO overview_dirty (operation_id) SELECT o.id FROM operations o, generate_series(1, 300)`)
+	scans := plan()
+	if len(scans) == 0 {
+		t.Fatal("the compaction's plan reads no overview_dirty")
+	}
+	for _, n := range scans {
+		for _, k := range []string{"Filter", "TID Cond"} {
+			if c, _ := n[k].(string); strings.Contains(c, "ANY") {
+				t.Errorf("the cached plan tests each mark against an array (%s %s: %s)", n["Node Type"], k, c)
+			}
+		}
+	}
+	if _, err := conn.Exec(ctx, `DEALLOCATE compact`); err != nil {
+		t.Fatal(err)
+	}
+
+	var marks int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM overview_dirty`).Scan(&marks); err != nil || marks <= 2*compactBatch {
+		t.Fatalf("%d marks, want more than two batches: %v", marks, err)
+	}
+	n, err := s.CompactOverview(ctx)
+	if err != nil || n != marks {
+		t.Fatalf("compaction took %d marks of %d: %v", n, marks, err)
+	}
+	var left int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM overview_dirty`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d marks left: %v", left, err)
+	}
+	checkCounts(t, s, "a burst compacted in batches")
+}
