@@ -44,7 +44,7 @@ type InboxQuestion struct {
 }
 
 // staleQuestion says, loudly, why an open question can no longer be answered usefully: the
-// task moved on, expired or became unobservable, or the question's deadline passed ("" when it
+// task ended, expired or became unobservable, or the question's deadline passed ("" when it
 // can be answered). It is the operation page's rule (operations.InputClosedReason), in a
 // sentence.
 func staleQuestion(q operations.Question, now time.Time) string {
@@ -63,7 +63,13 @@ func staleQuestion(q operations.Question, now time.Time) string {
 	case operations.StateUnobservable:
 		return "The task became unobservable; an answer may never reach it."
 	case operations.StateWorking, operations.StateCreating:
-		return "The task moved on without this answer (now " + stateWords(st, false) + ")."
+		// Leaving input_required closes every open question, so an open one of a task stored
+		// as working was asked after that and the stored state has not caught up: it is
+		// answerable, as on the operation's page, unless its own deadline passed.
+		if why := operations.InputClosedReason(q.PendingInput, st, now); why != "" {
+			return "Too late to answer: " + why + "."
+		}
+		return ""
 	default:
 		return "The task ended without this answer (" + stateWords(st, op.Task.ToolError) + ")."
 	}

@@ -32,7 +32,7 @@ func seedNeedsPerson(t *testing.T, e *opsEnv, acme []string, globex string) {
 		// A task waiting for an answer, with its question.
 		`UPDATE tasks SET state = 'input_required' WHERE operation_id = '` + acme[0] + `'`,
 		`INSERT INTO pending_inputs (operation_id, input_key, method, message) VALUES ('` + acme[0] + `', 'q0', 'elicitation/create', 'Approve the refund?')`,
-		// An open question whose task moved on.
+		// An open question of a task stored as working: asked before the stored state caught up.
 		`INSERT INTO pending_inputs (operation_id, input_key, method, message) VALUES ('` + acme[1] + `', 'q1', 'elicitation/create', 'Which account?')`,
 		// An open reconciliation item with no attention flag on the operation.
 		`INSERT INTO reconciliation_items (operation_id, reason, tenant, workflow, state) VALUES ('` + acme[2] + `', 'sync_timeout', 'acme', 'refund', 'needs_person')`,
@@ -142,10 +142,11 @@ func groupSection(body, testid string) string {
 	return after
 }
 
-// TestInboxMarksWhatIsNewAndWhatMovedOn checks the per-person "new since you last looked"
-// marker, the loud notice on a question whose task moved on, and that no yes/no answer is
-// chosen in advance.
-func TestInboxMarksWhatIsNewAndWhatMovedOn(t *testing.T) {
+// TestInboxMarksWhatIsNewAndWhatCannotBeAnswered checks the per-person "new since you last
+// looked" marker, the loud notice on a question whose task ended, that an open question of a
+// task stored as working is answerable (no notice, a form), and that no yes/no answer is chosen
+// in advance.
+func TestInboxMarksWhatIsNewAndWhatCannotBeAnswered(t *testing.T) {
 	t.Parallel()
 	e := newOpsEnv(t)
 	var acme []string
@@ -158,12 +159,29 @@ func TestInboxMarksWhatIsNewAndWhatMovedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, body := e.do(t, "operator", "GET", "/inbox", nil)
-	if !strings.Contains(body, "First visit") || countOf(body, "inbox-stale") != 2 {
-		t.Fatalf("first visit: stale %d\n%s", countOf(body, "inbox-stale"), body)
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tasks SET state = 'completed' WHERE operation_id = $1`, globex); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(body, "The task moved on without this answer") {
-		t.Fatal("a question whose task moved on does not say so")
+
+	_, body := e.do(t, "operator", "GET", "/inbox", nil)
+	if !strings.Contains(body, "First visit") || countOf(body, "inbox-stale") != 1 {
+		t.Fatalf("first visit: stale %d, want 1 (the ended task's)\n%s", countOf(body, "inbox-stale"), body)
+	}
+	if !strings.Contains(body, "The task ended without this answer (completed)") {
+		t.Fatal("a question whose task ended does not say so")
+	}
+	asked := 0
+	for _, q := range testidAll(body, "inbox-question", "li") {
+		if !strings.Contains(q, "Which account?") {
+			continue
+		}
+		asked++
+		if has(q, "inbox-stale") || !has(q, "input-form") {
+			t.Errorf("an open question of a task stored as working is not answerable here:\n%s", q)
+		}
+	}
+	if asked != 1 {
+		t.Fatalf("the question of the working task is listed %d times", asked)
 	}
 	if !has(body, "input-form") || !strings.Contains(body, `<option value="" selected>choose…</option>`) ||
 		regexp.MustCompile(`<option value="(true|false)" selected`).MatchString(body) {
