@@ -26,6 +26,7 @@ import (
 
 	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/internal/dbpool"
 	"github.com/taskgate/taskgate/internal/pgcluster"
 	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/manifests"
@@ -484,7 +485,7 @@ func (e *env) setup(ctx context.Context) error {
 			ac.Close(dctx)
 		}
 	}
-	cfg, err := pgxpool.ParseConfig(admin)
+	cfg, err := dbpool.Config(admin)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskgate/taskgate/internal/dbpool"
 	"github.com/taskgate/taskgate/internal/pgcluster"
 	"github.com/taskgate/taskgate/migrations"
 )
@@ -76,10 +77,10 @@ func openDatabase(ctx context.Context, f dbFlags, logger *slog.Logger) (*databas
 
 // connect opens db's pool on url; on failure it closes what db already holds.
 func connect(ctx context.Context, db *database, url string) (*database, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := dbpool.Config(url)
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("database URL: %w", err)
+		return nil, err
 	}
 	cfg.MaxConns = 20
 	cfg.HealthCheckPeriod = 5 * time.Second

@@ -21,6 +21,7 @@ import (
 
 	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/auth"
+	"github.com/taskgate/taskgate/internal/dbpool"
 	"github.com/taskgate/taskgate/internal/pgcluster"
 	"github.com/taskgate/taskgate/manifests"
 )
@@ -165,7 +166,7 @@ func (w *world) setup(ctx context.Context, log io.Writer) error {
 		return err
 	}
 	w.dbURL = w.cluster.URL("taskgate")
-	cfg, err := pgxpool.ParseConfig(w.dbURL)
+	cfg, err := dbpool.Config(w.dbURL)
 	if err != nil {
 		return err
 	}

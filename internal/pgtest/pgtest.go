@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskgate/taskgate/internal/dbpool"
 	"github.com/taskgate/taskgate/internal/pgcluster"
 	"github.com/taskgate/taskgate/migrations"
 )
@@ -163,8 +164,11 @@ func URL(t testing.TB) string {
 // New creates a fresh migrated database for t and returns a pool on it, closed when t ends.
 func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	u := URL(t)
-	pool, err := pgxpool.New(context.Background(), u)
+	cfg, err := dbpool.Config(URL(t))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("pgtest: pool: %v", err)
 	}
