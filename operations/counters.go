@@ -101,8 +101,7 @@ const overviewLock = `hashtextextended('taskgate:overview', 0)`
 // work is linear in the marks read whatever plan the table's statistics give. Taking them as
 // "ctid = ANY (the first $1 ctids)" made a plan cached while the table was empty (a sequential
 // scan, the array searched for every row) compare every mark with every one taken: under a
-// burst of 75,000 marks a statement took 2-5 s of one core, and the watcher beside it fell
-// behind (the bench's 100,000 tasks at 30 s: lateness p99 0.4-1.2 s).
+// burst of 75,000 marks a statement took 2-5 s of one core.
 var compactSQL = `WITH d AS (DELETE FROM overview_dirty WHERE ctid <= coalesce((SELECT ctid FROM overview_dirty LIMIT 1 OFFSET $1 - 1), '(4294967295,65535)'::tid) RETURNING operation_id),
 	ids AS (SELECT coalesce(array_agg(DISTINCT operation_id), '{}') AS ids FROM d),
 	cur AS (` + factsSQL + ` WHERE o.id = ANY ((SELECT ids FROM ids)::uuid[])),

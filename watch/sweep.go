@@ -97,6 +97,7 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	// room for a stall, rather than in bursts.
 	spread := len(g.readAt) == 0 && g.interval/4 >= pacedSpan
 	var pace, cost time.Duration // cost: what reading and applying a page takes, smoothed
+	perPage := 0                 // tasks on the first sweep's first page that listed any
 	var failed error
 	var retryAt time.Time
 	segment := func(from, pages int, cursor string) {
@@ -158,7 +159,10 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 				if p > 0 { // the first page may have paid for the connection
 					cost = ewma(cost, time.Since(asked))
 				}
-				pace = spreadPace(cost, members, len(page.Snapshots), g.interval)
+				if perPage == 0 {
+					perPage = len(page.Snapshots)
+				}
+				pace = spreadPace(cost, members, perPage, g.interval)
 				mu.Unlock()
 			}
 			if page.NextCursor == "" || left == 0 {
