@@ -10,9 +10,13 @@ import (
 	"time"
 
 	"github.com/taskgate/taskgate/internal/opstest"
+	"github.com/taskgate/taskgate/internal/pgtest"
 	"github.com/taskgate/taskgate/operations"
 	"github.com/taskgate/taskgate/receiver"
 )
+
+// TestMain removes the PostgreSQL cluster the hostile-server tests start (through opstest).
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestParseHostile(t *testing.T) {
 	t.Parallel()

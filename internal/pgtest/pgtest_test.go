@@ -3,6 +3,10 @@ package pgtest_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -60,6 +64,49 @@ func TestConcurrentDatabasesAreIsolated(t *testing.T) {
 		}
 		if len(got) != 1 || got[0] != fmt.Sprint(i) {
 			t.Fatalf("database %d sees rows %v", i, got)
+		}
+	}
+}
+
+// TestEveryPackageThatStartsTheClusterRemovesIt: a test binary that reaches the cluster (through
+// pgtest or opstest) without pgtest.Main in its TestMain leaves a PostgreSQL server and its
+// directory behind after every run. Each such package directory must call pgtest.Main.
+func TestEveryPackageThatStartsTheClusterRemovesIt(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	uses, mains := map[string]bool{}, map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dir, src := filepath.Dir(path), string(b)
+		if strings.Contains(src, "pgtest.New(") || strings.Contains(src, "pgtest.URL(") || strings.Contains(src, "opstest.Setup(") {
+			uses[dir] = true
+		}
+		if strings.Contains(src, "pgtest.Main(m)") {
+			mains[dir] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(uses) < 5 {
+		t.Fatalf("found only %d packages using the cluster; the walk is looking in the wrong place", len(uses))
+	}
+	for dir := range uses {
+		if !mains[dir] {
+			t.Errorf("%s: its tests start the cluster but no TestMain calls pgtest.Main, so the cluster is left running", dir)
 		}
 	}
 }
