@@ -53,7 +53,10 @@ func staleQuestion(q operations.Question, now time.Time) string {
 		return ""
 	}
 	switch st := op.Task.State; st {
-	case operations.StateInputRequired:
+	case operations.StateInputRequired, operations.StateWorking, operations.StateCreating:
+		// Leaving input_required closes every open question, so an open one of a task stored
+		// as working was asked after that and the stored state has not caught up: it is
+		// answerable, as on the operation's page, unless its own deadline passed.
 		if why := operations.InputClosedReason(q.PendingInput, st, now); why != "" {
 			return "Too late to answer: " + why + "."
 		}
@@ -62,14 +65,6 @@ func staleQuestion(q operations.Question, now time.Time) string {
 		return "The task expired on the server before this was answered."
 	case operations.StateUnobservable:
 		return "The task became unobservable; an answer may never reach it."
-	case operations.StateWorking, operations.StateCreating:
-		// Leaving input_required closes every open question, so an open one of a task stored
-		// as working was asked after that and the stored state has not caught up: it is
-		// answerable, as on the operation's page, unless its own deadline passed.
-		if why := operations.InputClosedReason(q.PendingInput, st, now); why != "" {
-			return "Too late to answer: " + why + "."
-		}
-		return ""
 	default:
 		return "The task ended without this answer (" + stateWords(st, op.Task.ToolError) + ")."
 	}
