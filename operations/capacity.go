@@ -175,24 +175,27 @@ func (s *Store) applyCapacity(ctx context.Context, in Insert) (Insert, *capacity
 	// is false when the counter is missing or was counted for another cap.
 	reserve := func() (n int, granted, found bool, err error) {
 		var slot *int64
-		b := &pgx.Batch{}
-		asyncCommit(b)
-		// The counter row is locked first; the releases are folded in only under that lock.
-		b.Queue(`WITH w AS (SELECT in_flight FROM workflow_in_flight WHERE workflow = $1 AND cap_seen = $2 FOR UPDATE),
-				r AS (DELETE FROM capacity_releases WHERE workflow = $1 AND EXISTS (SELECT 1 FROM w) RETURNING 1),
-				f AS (SELECT greatest(w.in_flight - (SELECT count(*) FROM r), 0) AS n FROM w),
-				u AS (UPDATE workflow_in_flight SET in_flight = f.n + CASE WHEN f.n < $2 THEN 1 ELSE 0 END
-					FROM f WHERE workflow_in_flight.workflow = $1 RETURNING f.n, f.n < $2 AS granted),
-				s AS (INSERT INTO capacity_slots (workflow) SELECT $1 FROM u WHERE u.granted RETURNING id)
-			SELECT u.n, u.granted, (SELECT id FROM s) FROM u`, r.Workflow, limit).QueryRow(func(row pgx.Row) error {
+		// Reservations of concurrent starts share a round trip and a commit (Store.reservations);
+		// in one transaction each statement sees the counter as the one before left it.
+		err = s.reservations.row(ctx, func(row pgx.Row) error {
+			// A batch refused as a whole reads the row again when it is sent alone.
+			n, granted, found, slot = 0, false, false, nil
 			err := row.Scan(&n, &granted, &slot)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}
 			found = err == nil
 			return err
-		})
-		if err = s.pool.SendBatch(ctx, b).Close(); err != nil {
+		},
+			// The counter row is locked first; the releases are folded in only under that lock.
+			`WITH w AS (SELECT in_flight FROM workflow_in_flight WHERE workflow = $1 AND cap_seen = $2 FOR UPDATE),
+				r AS (DELETE FROM capacity_releases WHERE workflow = $1 AND EXISTS (SELECT 1 FROM w) RETURNING 1),
+				f AS (SELECT greatest(w.in_flight - (SELECT count(*) FROM r), 0) AS n FROM w),
+				u AS (UPDATE workflow_in_flight SET in_flight = f.n + CASE WHEN f.n < $2 THEN 1 ELSE 0 END
+					FROM f WHERE workflow_in_flight.workflow = $1 RETURNING f.n, f.n < $2 AS granted),
+				s AS (INSERT INTO capacity_slots (workflow) SELECT $1 FROM u WHERE u.granted RETURNING id)
+			SELECT u.n, u.granted, (SELECT id FROM s) FROM u`, r.Workflow, limit)
+		if err != nil {
 			return 0, false, false, err
 		}
 		if granted && slot != nil {

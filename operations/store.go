@@ -29,10 +29,19 @@ type Store struct {
 	echoKey echoKeyCache
 	// countedSeen remembers that the console's counters hold the whole ledger (counters.go).
 	countedSeen atomic.Bool
+	// writes coalesces the start path's single-statement writes of concurrent starts into
+	// shared round trips and commits (coalesce.go).
+	writes *coalescer
+	// reservations coalesces the cap's slot reservations, committed without waiting for a
+	// flush (capacity.go).
+	reservations *coalescer
 }
 
 // NewStore returns a Store on pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool, writes: newCoalescer(pool, DefaultCoalesceMax, DefaultCoalesceLeaders, false),
+		reservations: newCoalescer(pool, DefaultCoalesceMax, DefaultCoalesceLeaders, true)}
+}
 
 // Pool returns the store's pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
@@ -254,7 +263,8 @@ func (s *Store) insertCalling(ctx context.Context, in Insert, slot *capacitySlot
 	if err != nil {
 		return Operation{}, false, err
 	}
-	err = s.pool.QueryRow(ctx, `WITH l AS (SELECT id FROM capacity_slots WHERE id = $16 FOR UPDATE),
+	err = s.writes.row(ctx, func(row pgx.Row) error { return row.Scan(&op.ID, &op.CreatedAt, &op.UpdatedAt) },
+		`WITH l AS (SELECT id FROM capacity_slots WHERE id = $16 FOR UPDATE),
 		o AS (INSERT INTO operations (id, tenant, workflow, idempotency_key, request_sha256, actor, object_ref,
 				object_version, intended_effect, arguments, route, reason_code, reason, declare_extension, policy_sha256,
 				domain_outcome, route_context)
@@ -272,7 +282,7 @@ func (s *Store) insertCalling(ctx context.Context, in Insert, slot *capacitySlot
 		r.Tenant, r.Workflow, r.IdempotencyKey, in.Hash, r.Actor, r.ObjectRef, r.ObjectVersion,
 		r.IntendedEffect, in.Arguments, in.Decision.Route, in.Decision.ReasonCode, in.Decision.Reason,
 		in.Decision.DeclareExtension, in.PolicySHA, nullJSON(in.Decision.Context), slot.slotID(), sending,
-		server, tool, ttl, state, message, newID).Scan(&op.ID, &op.CreatedAt, &op.UpdatedAt)
+		server, tool, ttl, state, message, newID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		existing, err := s.byKey(ctx, r.Tenant, r.Workflow, r.IdempotencyKey)
 		if errors.Is(err, ErrNotFound) && slot != nil {
@@ -367,6 +377,11 @@ func (s *Store) Response(ctx context.Context, id string) (status int, body Start
 		return 0, body, false, fmt.Errorf("decode stored response of %s: %w", id, err)
 	}
 	return *st, body, true, nil
+}
+
+// execer runs a statement without rows: a pool, a transaction or the start path's coalescer.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 type querier interface {
@@ -808,7 +823,7 @@ func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) (
 		terminal = &now
 	}
 	// One statement: the task, the call recorded and the timeline entry.
-	record := func(q querier) error {
+	record := func(q execer) error {
 		tag, err := q.Exec(ctx, `WITH t AS (UPDATE tasks SET task_id = $2, era = $3, state = $4, status_message = $5, session_id = $6,
 				capabilities = $7, server_name = $8, server_version = $9, server_created_at = $10, server_updated_at = $11,
 				ttl_ms = $12, poll_interval_ms = $13, deadline = $14, next_poll_at = $15, result_state = $16, terminal_at = $17, updated_at = now()
@@ -827,7 +842,7 @@ func (s *Store) RecordCreated(ctx context.Context, opID string, c CreatedTask) (
 		return nil
 	}
 	if replaced == [5]bool{} {
-		return true, record(s.pool)
+		return true, record(s.writes)
 	}
 	return false, pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := record(tx); err != nil {
@@ -1304,7 +1319,8 @@ func (s *Store) RecordSyncAnswer(ctx context.Context, opID string, e Envelope, e
 	}
 	var st int
 	var raw []byte
-	err = s.pool.QueryRow(ctx, `WITH e AS (INSERT INTO task_envelopes (operation_id, status, era, tool_error, error_code, started_at, finished_at,
+	err = s.writes.row(ctx, func(row pgx.Row) error { return row.Scan(&st, &raw) },
+		`WITH e AS (INSERT INTO task_envelopes (operation_id, status, era, tool_error, error_code, started_at, finished_at,
 			status_message, result_size, result_sha256, preview, evidence_handle, result, text_replaced)
 			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,false) ON CONFLICT (operation_id) DO NOTHING),
 		c AS (DELETE FROM operation_calls WHERE operation_id = $1),
@@ -1314,7 +1330,7 @@ func (s *Store) RecordSyncAnswer(ctx context.Context, opID string, e Envelope, e
 		tl AS (INSERT INTO task_timeline (operation_id, source, state, message) VALUES ($1, $14, $15, $16))
 		SELECT response_status, response_body FROM o`,
 		opID, e.Status, e.Era, e.ToolError, e.ErrorCode, e.StartedAt, e.FinishedAt, e.StatusMessage, e.ResultSize,
-		e.ResultSHA256, e.Preview, e.EvidenceHandle, nullJSON(e.Result), SourceCreate, event, message, a.Status, body).Scan(&st, &raw)
+		e.ResultSHA256, e.Preview, e.EvidenceHandle, nullJSON(e.Result), SourceCreate, event, message, a.Status, body)
 	if err != nil {
 		return FirstAnswer{}, false, fmt.Errorf("record sync answer of %s: %w", opID, notFound(opID, err))
 	}

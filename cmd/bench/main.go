@@ -59,6 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.StringVar(&o.KeepDatabase, "keep-database", "", "a database on -database-url's server to use and keep (created and seeded when missing, reused as it is), so one seeded ledger serves several runs")
 	fs.StringVar(&o.Out, "out", "bench.json", "where to write the figures")
 	fs.IntVar(&o.Operations, "operations", 0, "ledger size for the scale, console and watch phases (default 1,000,000; 100,000 quick)")
+	fs.IntVar(&o.Clients, "clients", 0, "concurrent start clients of the start phase (default 4, the targets' figure)")
 	fs.DurationVar(&o.Phase, "phase", 0, "length of each timed phase (default 10s; 5s quick)")
 	fs.IntVar(&o.WatchTasks, "watch-tasks", 0, "tasks at which the watch searches take CPU and memory (their second step; default 1,000; 500 quick)")
 	fs.IntVar(&o.WatchMax, "watch-max", 0, "last step of the watch searches (default 24,000; 1,700 quick)")
