@@ -473,3 +473,52 @@ func TestAPageIsListedNoSoonerThanAnIntervalAfterItsLastListing(t *testing.T) {
 		t.Fatalf("%d pages, %d listings checked after the answers got quick; want 4 pages and at least 8", len(pages), checked)
 	}
 }
+
+// heldFirstList holds the first tasks/list request on the client's side for a while before it
+// is written, as a queue on the connection would.
+type heldFirstList struct {
+	next http.RoundTripper
+	hold time.Duration
+	once sync.Once
+}
+
+func (h *heldFirstList) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil && r.GetBody != nil {
+		if body, err := r.GetBody(); err == nil {
+			b, _ := io.ReadAll(io.LimitReader(body, 1<<20))
+			body.Close()
+			if bytes.Contains(b, []byte(`"tasks/list"`)) {
+				h.once.Do(func() { time.Sleep(h.hold) })
+			}
+		}
+	}
+	return h.next.RoundTrip(r)
+}
+
+// TestAListingHeldOnTheConnectionStartsItsIntervalWhenItLeaves: a tasks/list request that waited
+// on the client's side before it was written (a queue on the connection) was seen by the server
+// that much later; the page's next listing comes an interval after the server saw it, not an
+// interval after the sweep set out.
+func TestAListingHeldOnTheConnectionStartsItsIntervalWhenItLeaves(t *testing.T) {
+	t.Parallel()
+	const interval = 2 * time.Second
+	const hold = 600 * time.Millisecond
+	b, _, hide := listSetup(t, interval)
+	// Before the first dial: a connection takes the client's transport when it is made.
+	c := b.Servers.HTTPClient("rcv")
+	c.Transport = &heldFirstList{next: c.Transport, hold: hold}
+	for i := range 5 { // one page
+		b.Start(t, "refund", fmt.Sprintf("held-%d", i), `{"outcome": "hang"}`)
+	}
+	_, passes := b.Watcher(t, "r1", nil)
+	opstest.WaitFor(t, passes, 30*time.Second, "three listings", func() bool { return len(hide.listings()) >= 3 })
+	ls := hide.listings()
+	for i := 1; i < len(ls); i++ {
+		if ls[i].cursor != "" || ls[i-1].cursor != "" {
+			t.Fatalf("listings of more than one page: %+v", ls)
+		}
+		if gap := ls[i].at.Sub(ls[i-1].at); gap < interval-10*time.Millisecond {
+			t.Fatalf("listing %d came %v after the one before, within the %v interval", i, gap.Round(time.Millisecond), interval)
+		}
+	}
+}

@@ -2,7 +2,9 @@ package watch
 
 import (
 	"context"
+	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/taskgate/taskgate/mcpclient"
@@ -31,7 +33,8 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	start := time.Now()
 	item := g.item
 	// A quarter of a poll's jitter: one sweep per connection has no herd of polls to spread.
-	item.next = start.Add(g.interval + s.jitter(g.interval)/4)
+	jitter := s.jitter(g.interval) / 4
+	item.next = start.Add(g.interval + jitter)
 	// A member whose next poll comes within half an interval is observed now rather than a
 	// whole interval late: a task joining the group is aligned with its sweeps once, observed
 	// at most half an interval early, as its connection is listed once per interval anyway. A
@@ -115,10 +118,22 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 				return
 			}
 			asked := time.Now()
-			prev = asked
-			page, err := withRetries(ctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.ListedPage, error) {
+			// The page was listed when the request left, not when it was made: a request
+			// queued behind others on the connection (its backpressure) or slow to write
+			// would otherwise start the page's next interval before the server saw it, and
+			// the next listing would come that much early. Over HTTP the write is timed;
+			// stdio has no such queue.
+			var wrote atomic.Int64
+			tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+				wrote.Store(time.Now().UnixNano())
+			}})
+			page, err := withRetries(tctx, wf.Budgets.Status, func(ctx context.Context) (mcpclient.ListedPage, error) {
 				return mcpclient.ListObserve(ctx, conn, cursor)
 			})
+			if w := wrote.Load(); w != 0 {
+				asked = time.Unix(0, w)
+			}
+			prev = asked
 			// seen are the due members the page lists, place[i] where seen[i] is on the page.
 			seen := make([]*entry, 0, len(page.Snapshots))
 			place := make([]int, 0, len(page.Snapshots))
@@ -182,6 +197,13 @@ func (s *Service) sweep(ctx context.Context, g *group) {
 	wg.Wait()
 
 	g.cursors, g.readAt, g.span = cursors, readAt, spanOf(readAt)
+	if len(readAt) > 0 && !readAt[0].IsZero() {
+		// The first page went out later than the sweep set out (a queue on the connection):
+		// its next listing is an interval after it went out, not after the sweep set out.
+		if at := readAt[0].Add(g.interval + jitter); at.After(item.next) {
+			item.next = at
+		}
+	}
 	if g.span >= pacedSpan && !readAt[0].IsZero() {
 		// The next sweep keeps the pages' places: it sets out before its first page is due,
 		// so that taking its members makes no page late, and the pages wait for their times.
