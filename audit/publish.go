@@ -9,9 +9,25 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// PublishInterval is how often a change listener publishes the ledger's accumulated changes:
-// the most a live update waits beyond its commit.
-const PublishInterval = 100 * time.Millisecond
+// A change listener publishes the ledger's accumulated changes every PublishInterval while
+// changes keep coming. A drain that found none doubles the wait, up to IdlePublishInterval, and
+// the first that finds some brings it back: a live update waits at most PublishInterval beyond
+// its commit under load and IdlePublishInterval after a quiet spell, and an idle console asks
+// PostgreSQL 2.5 times a second rather than 10 (each ask a round trip and a statement on both
+// sides, on every console, all day).
+const (
+	PublishInterval     = 100 * time.Millisecond
+	IdlePublishInterval = 400 * time.Millisecond
+)
+
+// nextPublishWait is the wait before the next drain after one that published n notifications
+// following a wait of prev.
+func nextPublishWait(prev time.Duration, n int) time.Duration {
+	if n > 0 {
+		return PublishInterval
+	}
+	return max(PublishInterval, min(2*prev, IdlePublishInterval))
+}
 
 // publishSQL takes every change the ledger's triggers appended to live_changes and sends one
 // notification on ChangeChannel per area and tenant, in this statement's own transaction, so
@@ -36,9 +52,11 @@ func PublishPending(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	return n, nil
 }
 
-// publish calls PublishPending every PublishInterval until ctx ends.
+// publish calls PublishPending until ctx ends, every PublishInterval while changes come and
+// less often, down to every IdlePublishInterval, while none do (nextPublishWait).
 func publish(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
-	t := time.NewTicker(PublishInterval)
+	wait := PublishInterval
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	failing := false
 	for {
@@ -47,7 +65,9 @@ func publish(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
 			return
 		case <-t.C:
 		}
-		_, err := PublishPending(ctx, pool)
+		n, err := PublishPending(ctx, pool)
+		wait = nextPublishWait(wait, n)
+		t.Reset(wait)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			logger.Warn("live changes not published", "err", err)

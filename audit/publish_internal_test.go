@@ -2,8 +2,14 @@ package audit
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskgate/taskgate/internal/pgtest"
 )
@@ -64,5 +70,72 @@ func TestPublishReadsOperationsByKeyOnly(t *testing.T) {
 	var left int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM live_changes`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d changes left unpublished: %v", left, err)
+	}
+}
+
+// TestPublishWaitGrowsWhileIdleAndSnapsBack: a drain that found nothing doubles the wait up to
+// IdlePublishInterval; one that published brings it back to PublishInterval.
+func TestPublishWaitGrowsWhileIdleAndSnapsBack(t *testing.T) {
+	wait, got := PublishInterval, []time.Duration{}
+	for _, n := range []int{0, 0, 0, 0, 3, 0} {
+		wait = nextPublishWait(wait, n)
+		got = append(got, wait)
+	}
+	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 400 * time.Millisecond, 400 * time.Millisecond,
+		100 * time.Millisecond, 200 * time.Millisecond}
+	if !slices.Equal(got, want) {
+		t.Fatalf("waits %v, want %v", got, want)
+	}
+}
+
+// drainCounter counts the publisher's drains of live_changes on a pool.
+type drainCounter struct{ n atomic.Int64 }
+
+func (c *drainCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if d.SQL == publishSQL {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (c *drainCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestAnIdleListenerAsksLessOftenAndStillHearsTheNextChange: over two idle seconds a listener
+// drains live_changes a handful of times (every 100 ms it would be 20), and a change after the
+// quiet spell is still published.
+func TestAnIdleListenerAsksLessOftenAndStillHearsTheNextChange(t *testing.T) {
+	t.Parallel()
+	cfg := pgtest.New(t).Config().Copy()
+	drains := &drainCounter{}
+	cfg.ConnConfig.Tracer = drains
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// Cancelled first: the listener gives its connection back, which Close waits for.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan Change, 1)
+	<-Listen(ctx, pool, nil, func(c Change) {
+		select {
+		case got <- c:
+		default:
+		}
+	})
+	time.Sleep(2 * time.Second)
+	if n := drains.n.Load(); n < 2 || n > 10 {
+		t.Fatalf("%d drains in two idle seconds, want a handful (2-10)", n)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO live_changes (area, tenant) VALUES ('tasks', 'acme')`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-got:
+		if c.Area != "tasks" || c.Tenant != "acme" {
+			t.Fatalf("change %+v", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the change after the quiet spell was not published")
 	}
 }
