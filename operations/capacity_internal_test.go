@@ -11,6 +11,25 @@ import (
 	"github.com/taskgate/taskgate/internal/pgtest"
 )
 
+// taskInsert is a Task start of workflow wf with key, as Service.Start would make it.
+func taskInsert(wf, key string) Insert {
+	return Insert{Request: StartRequest{IdempotencyKey: key, Workflow: wf, Tenant: "acme", Actor: "app"}, Hash: "h",
+		Arguments: json.RawMessage(`{}`), Decision: Decision{Route: RouteTask, ReasonCode: "task_capable", Reason: "r"},
+		Task: &NewTaskRow{Server: "rcv", Tool: "work"}}
+}
+
+// capped puts in under a cap of limit, refused with atCap when the cap is reached.
+func capped(in Insert, limit int, atCap error) Insert {
+	in.CapacityLimit = limit
+	in.Capacity = func(n int) (Insert, error) {
+		if n >= limit {
+			return in, atCap
+		}
+		return in, nil
+	}
+	return in
+}
+
 func inFlightOf(t *testing.T, s *Store, workflow string) int {
 	t.Helper()
 	n, ok, err := s.InFlight(context.Background(), workflow)
@@ -30,18 +49,7 @@ func TestLeakedSlotIsReclaimed(t *testing.T) {
 	s := NewStore(pgtest.New(t))
 	const wf, limit = "capped", 2
 	atCap := errors.New("at the cap")
-	insert := func(key string) Insert {
-		in := Insert{Request: StartRequest{IdempotencyKey: key, Workflow: wf, Tenant: "acme", Actor: "app"}, Hash: "h",
-			Arguments: json.RawMessage(`{}`), Decision: Decision{Route: RouteTask, ReasonCode: "task_capable", Reason: "r"},
-			Task: &NewTaskRow{Server: "rcv", Tool: "work"}, CapacityLimit: limit}
-		in.Capacity = func(n int) (Insert, error) {
-			if n >= limit {
-				return in, atCap
-			}
-			return in, nil
-		}
-		return in
-	}
+	insert := func(key string) Insert { return capped(taskInsert(wf, key), limit, atCap) }
 	// Two reservations whose process "dies" before its start transaction: nothing settles them.
 	for i := range limit {
 		if _, slot, err := s.applyCapacity(ctx, insert(fmt.Sprint("lost-", i))); err != nil || slot == nil {

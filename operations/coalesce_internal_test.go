@@ -2,7 +2,6 @@ package operations
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -220,18 +219,7 @@ func TestCoalescedReservationsKeepTheCapExact(t *testing.T) {
 	s.reservations = newCoalescer(pool, DefaultCoalesceMax, 1, true)
 	const wf, limit, n = "capped", 3, 8
 	atCap := errors.New("at the cap")
-	insert := func(key string) Insert {
-		in := Insert{Request: StartRequest{IdempotencyKey: key, Workflow: wf, Tenant: "acme", Actor: "app"}, Hash: "h",
-			Arguments: json.RawMessage(`{}`), Decision: Decision{Route: RouteTask, ReasonCode: "task_capable", Reason: "r"},
-			Task: &NewTaskRow{Server: "rcv", Tool: "work"}, CapacityLimit: limit}
-		in.Capacity = func(inFlight int) (Insert, error) {
-			if inFlight >= limit {
-				return in, atCap
-			}
-			return in, nil
-		}
-		return in
-	}
+	insert := func(key string) Insert { return capped(taskInsert(wf, key), limit, atCap) }
 	// The counter exists (its first use counts the ledger alone).
 	if _, slot, err := s.applyCapacity(ctx, insert("first")); err != nil || slot == nil {
 		t.Fatalf("first reservation: %v", err)
@@ -279,9 +267,9 @@ func TestCoalescedStartsEachGetTheirOwnOperation(t *testing.T) {
 	s := NewStore(pool)
 	s.writes = newCoalescer(pool, DefaultCoalesceMax, 1, false)
 	insert := func(key, object string) Insert {
-		return Insert{Request: StartRequest{IdempotencyKey: key, Workflow: "wf", Tenant: "acme", Actor: "app", ObjectRef: object}, Hash: "h",
-			Arguments: json.RawMessage(`{}`), Decision: Decision{Route: RouteTask, ReasonCode: "task_capable", Reason: "r"},
-			Task: &NewTaskRow{Server: "rcv", Tool: "work"}, Sending: time.Minute}
+		in := taskInsert("wf", key)
+		in.Request.ObjectRef, in.Sending = object, time.Minute
+		return in
 	}
 	// round sends the inserts while the coalescer's round trip is held, in order, so that each
 	// follows the one before in the batch.
