@@ -125,6 +125,7 @@ func (c *coalescer) flush(ctx context.Context) {
 	n := min(len(c.queue), c.max)
 	batch := make([]*coalesced, n)
 	copy(batch, c.queue)
+	clear(c.queue[:n]) // the array keeps no statement it no longer holds
 	c.queue = c.queue[n:]
 	if n > 1 {
 		c.batches++
