@@ -975,14 +975,19 @@ func (e *env) capPhase(ctx context.Context, res *Results) error {
 		}
 	}()
 	start := e.startOne("bench_tight", longWork)
-	_, _, _, ferr := load(ctx, e.o.Clients, min(e.o.Phase, 3*time.Second), func(ctx context.Context) error {
-		err := start(ctx)
-		if errors.Is(err, operations.ErrAtCapacity) {
-			refused.Add(1)
-			return nil
-		}
-		return err
-	})
+	// The starts go on until the cap has refused some (a short phase on a loaded machine may
+	// not reach it at first), for at most 30 s.
+	var ferr error
+	for began := time.Now(); refused.Load() == 0 && ferr == nil && time.Since(began) < 30*time.Second; {
+		_, _, _, ferr = load(ctx, e.o.Clients, min(e.o.Phase, 3*time.Second), func(ctx context.Context) error {
+			err := start(ctx)
+			if errors.Is(err, operations.ErrAtCapacity) {
+				refused.Add(1)
+				return nil
+			}
+			return err
+		})
+	}
 	close(stop)
 	wg.Wait()
 	var final int
