@@ -459,8 +459,12 @@ func TestAPageIsListedNoSoonerThanAnIntervalAfterItsLastListing(t *testing.T) {
 	for _, l := range hide.listings() {
 		pages[l.cursor] = true
 		if prev, ok := last[l.cursor]; ok {
-			// The front sees a request a little after the watcher asked: a few ms of slack.
-			if gap := l.at.Sub(prev); gap < interval-10*time.Millisecond {
+			// The watcher times a page by when its request was written; the front records it
+			// when its handler runs, two hops on (the fault proxy, then this handler), and on a
+			// loaded 2-core machine running every package's tests one hop can take 20-40 ms
+			// longer for one request than for the next. A page listed a pace early (600 ms
+			// here) is what this test is for.
+			if gap := l.at.Sub(prev); gap < interval-50*time.Millisecond {
 				t.Fatalf("page %q listed %v after its last listing, within its %v interval", l.cursor, gap.Round(time.Millisecond), interval)
 			}
 			if l.at.After(fast) {
