@@ -175,15 +175,19 @@ func probeHTTPOnce(ctx context.Context, h *httpRPC, opts Options) (probeAnswer, 
 }
 
 // probeStdio sends server/discover on a started stdio transport: a result or
-// -32022 means modern; any other error or a timeout means legacy.
-func probeStdio(ctx context.Context, tr transport.Interface, timeout time.Duration, opts Options) (probeAnswer, error) {
+// -32022 means modern; any other error or a timeout means legacy. attempt
+// numbers the probes on the transport: each carries its own request id,
+// because mcp-go's stdio reader forgets an id's waiter only after handing it
+// the answer, so a request sent at once with the same id can have its waiter
+// forgotten instead and never see its answer.
+func probeStdio(ctx context.Context, tr transport.Interface, timeout time.Duration, opts Options, attempt int) (probeAnswer, error) {
 	ev := Evidence{Method: "server/discover", Sent: string(EraExtension), At: time.Now().UTC()}
 	pctx, cancel := ctx, context.CancelFunc(func() {})
 	if timeout > 0 {
 		pctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
-	resp, err := tr.SendRequest(pctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("tg-discover"),
+	resp, err := tr.SendRequest(pctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(fmt.Sprintf("tg-discover-%d", attempt)),
 		Method: "server/discover", Params: discoverParams(opts)})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -414,12 +418,12 @@ func dialStdio(ctx context.Context, opts Options) (Conn, error) {
 			break
 		}
 		var err error
-		p, err = probeStdio(ctx, tr, opts.DiscoverTimeout, opts)
+		p, err = probeStdio(ctx, tr, opts.DiscoverTimeout, opts, 1)
 		if err != nil {
 			return fail(err)
 		}
 		if p.refusedButSupported() {
-			if p, err = probeStdio(ctx, tr, opts.DiscoverTimeout, opts); err != nil {
+			if p, err = probeStdio(ctx, tr, opts.DiscoverTimeout, opts, 2); err != nil {
 				return fail(err)
 			}
 			p = retried(p)

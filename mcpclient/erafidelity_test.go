@@ -39,6 +39,7 @@ type eraFake struct {
 	methods     []string
 	callHeaders http.Header // of the last tools/call (HTTP)
 	callMeta    map[string]json.RawMessage
+	idsPath     string // stdio: where the child writes the ids of the requests it received
 }
 
 // answer returns the JSON-RPC answer key ("result" or "error") and value.
@@ -171,6 +172,10 @@ func serveEraFakeIfAsked() {
 		if len(m.ID) == 0 {
 			continue
 		}
+		if idf, err := os.OpenFile(os.Getenv(eraFakeLogEnv)+".ids", os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
+			_, _ = fmt.Fprintln(idf, string(m.ID))
+			_ = idf.Close()
+		}
 		key, v := f.answer(m.Method)
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": m.ID, key: v})
 		_, _ = out.Write(append(b, '\n'))
@@ -203,6 +208,7 @@ func dialEraFakeServer(t *testing.T, via, mode string, era mcpclient.EraChoice) 
 		logPath := filepath.Join(t.TempDir(), "methods.log")
 		opts.Command, opts.Args = os.Args[0], []string{"-test.run=^$"}
 		opts.Env = []string{eraFakeEnv + "=" + mode, eraFakeLogEnv + "=" + logPath}
+		f.idsPath = logPath + ".ids"
 		methods = func() []string {
 			b, _ := os.ReadFile(logPath)
 			return strings.Fields(string(b))
@@ -291,7 +297,7 @@ func TestEraRefusalNamingOnly2026IsRetried(t *testing.T) {
 	for _, via := range []string{"http", "stdio"} {
 		t.Run(via, func(t *testing.T) {
 			t.Parallel()
-			conn, methods, err := dialEraFake(t, via, "retry", mcpclient.EraAuto)
+			conn, methods, f, err := dialEraFakeServer(t, via, "retry", mcpclient.EraAuto)
 			if err != nil {
 				t.Fatalf("dial: %v (sent %v)", err, methods())
 			}
@@ -305,6 +311,15 @@ func TestEraRefusalNamingOnly2026IsRetried(t *testing.T) {
 			got := methods()
 			if n := strings.Count(strings.Join(got, " "), "server/discover"); n != 2 || slices.Contains(got, "initialize") {
 				t.Errorf("methods sent %v, want server/discover twice and no initialize", got)
+			}
+			if via == "stdio" {
+				// The retry goes out as soon as the refusal is read: with the refusal's id,
+				// mcp-go's reader could forget the retry's waiter and the answer be lost.
+				b, _ := os.ReadFile(f.idsPath)
+				ids := strings.Fields(string(b))
+				if len(ids) < 4 || len(slices.Compact(slices.Sorted(slices.Values(ids)))) != len(ids) {
+					t.Errorf("request ids on the stdio transport %v, want each its own", ids)
+				}
 			}
 		})
 	}
