@@ -61,6 +61,14 @@ func TestSmoke(t *testing.T) {
 	if r.Start.RowsPerStart.Inserted < 3 || r.Start.BareTasksPerS <= 0 || r.Start.CallCeiling <= 0 || r.Start.BareSyncPerS <= 0 {
 		t.Errorf("rows per start or bare call figures: %+v", r.Start)
 	}
+	// The floor (each call between two committed inserts) is measured too, and the scale ratio
+	// against an empty ledger alternated with the seeded one, every round of it.
+	if r.Start.FloorTasksPerS <= 0 || r.Start.FloorRatio <= 0 || r.Start.FloorSyncPerS <= 0 || r.Start.SyncFloorRatio <= 0 {
+		t.Errorf("floor figures: %+v", r.Start)
+	}
+	if r.Start.ScaleEmptyPerS <= 0 || len(r.Start.ScaleRounds) != scaleRounds || r.Start.ScaleEmptyCPU.Total <= 0 || r.Start.ScaleEmptyWAL.Bytes <= 0 {
+		t.Errorf("scale figures: %+v", r.Start)
+	}
 	if r.Start.CapExceeded || r.Start.CapMaxInFlight > r.Start.CapLimit || r.Start.CapRefused == 0 {
 		t.Errorf("cap: %d in flight of %d, %d refused", r.Start.CapMaxInFlight, r.Start.CapLimit, r.Start.CapRefused)
 	}
@@ -93,7 +101,8 @@ func TestSmoke(t *testing.T) {
 		raw[sec] = m
 	}
 	for _, k := range []string{"start.inserts_per_s", "start.tasks_per_s", "start.ratio", "start.scale_ratio", "start.p99_ms",
-		"start.call_ceiling_ratio", "start.sync_call_ceiling_ratio", "start.rows_per_start",
+		"start.call_ceiling_ratio", "start.sync_call_ceiling_ratio", "start.rows_per_start", "start.floor_ratio", "start.sync_floor_ratio",
+		"start.scale_empty_tasks_per_s", "start.scale_ratio_rounds",
 		"watch.max_tasks_1s", "watch.waitfortask_max_tasks_1s", "watch.cpu_ms_per_observation", "watch.waitfortask_cpu_ms_per_poll",
 		"watch.bytes_per_task", "watch.amplification", "killswitch.p99_ms", "console.p95_ms"} {
 		sec, key, _ := strings.Cut(k, ".")
