@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -278,6 +279,41 @@ type httpRPC struct {
 	resume bool
 }
 
+var (
+	postContentType = []string{"application/json"}
+	postAccept      = []string{"application/json, text/event-stream"}
+)
+
+// send sends a POST on the client's transport. http.Client.Do copies the request's headers
+// for the redirects it might follow, on every request; a Conn follows none (CheckRedirect
+// refuses them all), so a redirect is refused here the way Do would refuse it, with
+// ErrRedirect, and nothing is copied. A client Do has more to apply to (a cookie jar, an
+// overall timeout, credentials in the URL) goes through Do.
+func (h *httpRPC) send(req *http.Request) (*http.Response, error) {
+	c := h.client
+	if c.Transport == nil || c.Jar != nil || c.Timeout != 0 || req.URL.User != nil {
+		return c.Do(req)
+	}
+	resp, err := c.Transport.RoundTrip(req)
+	if err != nil {
+		return nil, &url.Error{Op: "Post", URL: req.URL.Redacted(), Err: err}
+	}
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		loc := resp.Header.Get("Location")
+		if loc == "" {
+			return resp, nil // a 3xx without a Location is an answer, as Do has it
+		}
+		_ = resp.Body.Close()
+		to, perr := req.URL.Parse(loc)
+		if perr != nil {
+			return nil, &url.Error{Op: "Post", URL: req.URL.Redacted(), Err: fmt.Errorf("%w (to an unparsable Location)", ErrRedirect)}
+		}
+		return nil, &url.Error{Op: "Post", URL: req.URL.Redacted(), Err: refuseRedirect(&http.Request{URL: to}, nil)}
+	}
+	return resp, nil
+}
+
 // maxResumes bounds how often one response stream is resumed.
 const maxResumes = 32
 
@@ -303,12 +339,12 @@ func (h *httpRPC) post(ctx context.Context, id string, body []byte, header http.
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
+	// The fixed values are shared, never written to (net/http only reads a request's headers).
+	req.Header["Content-Type"], req.Header["Accept"] = postContentType, postAccept
 	if h.token != "" {
 		req.Header.Set("Authorization", "Bearer "+h.token)
 	}
-	resp, err := h.client.Do(req)
+	resp, err := h.send(req)
 	if err != nil {
 		return httpReply{}, classifySendError(true, err)
 	}
