@@ -65,6 +65,8 @@ type Options struct {
 	WatchPoll  time.Duration
 	// WatchModes are the modes the watch phase measures besides tasks/get ("list", "notify").
 	WatchModes []string
+	// PairRounds is how many rounds the paired CPU windows alternate (0: none).
+	PairRounds int
 	// LongTasks are watched at a poll interval of LongPoll for LongFor.
 	LongTasks int
 	LongPoll  time.Duration
@@ -289,6 +291,8 @@ type WatchFigures struct {
 	WaitForTaskAmplification *float64 `json:"waitfortask_amplification"`
 	WaitForTaskLatenessP99Ms *float64 `json:"waitfortask_lateness_p99_ms"`
 	WaitForTaskSteps         []Step   `json:"waitfortask_steps_1s"`
+	// Paired is the CPU of WaitForTask and the watcher's modes in alternating windows.
+	Paired *Paired `json:"paired,omitempty"`
 
 	// The long run: LongTasks at LongPoll on one replica.
 	LongTasks               int      `json:"long_tasks"`
@@ -298,6 +302,18 @@ type WatchFigures struct {
 	LongAmplification       *float64 `json:"long_amplification"`
 	LongCPUMsPerObservation *float64 `json:"long_cpu_ms_per_observation"`
 	LongBytesPerTask        *float64 `json:"long_bytes_per_task"`
+}
+
+// Paired is the CPU per task-interval of keeping the same Tasks watched, measured in
+// alternating windows: WaitForTask ("waitfortask") and the watcher reading with tasks/get only
+// ("get"), tasks/list sweeps ("list") and notifications ("notify"), one map per round. The
+// ratios are the watcher's sums over WaitForTask's: the figures the CPU targets are read from.
+type Paired struct {
+	Tasks       int                  `json:"tasks"`
+	Rounds      []map[string]float64 `json:"rounds"`
+	GetRatio    *float64             `json:"get_cpu_ratio"`
+	ListRatio   *float64             `json:"list_cpu_ratio"`
+	NotifyRatio *float64             `json:"notify_cpu_ratio"`
 }
 
 // Step is one step of a search: how many tasks were watched and what the receiver saw.
@@ -341,9 +357,12 @@ type env struct {
 	// watchURL and watch30URL are the authenticated receivers of the watch phases, suggesting
 	// WatchPoll and LongPoll (they offer tasks/list, as an authenticated server may).
 	watchURL, watch30URL string
-	policy               *config.Config
-	servers              *operations.Servers
-	keys                 atomic.Int64
+	// watchIDs are the watch phase's first WatchTasks tasks (of bench_watch1 on rcvw), which
+	// the waitfortask phase's paired windows watch again.
+	watchIDs []string
+	policy   *config.Config
+	servers  *operations.Servers
+	keys     atomic.Int64
 	// keyPrefix makes this run's idempotency keys its own (a kept database holds earlier runs').
 	keyPrefix string
 	// statements counts what the bench's pool sends to PostgreSQL.
@@ -1409,6 +1428,11 @@ func printTable(w io.Writer, r *Results) {
 	row("watch.list_cpu_ms_per_task_interval", opt(wf.ListCPUMsPerTaskInterval), fmt.Sprintf("tasks/list sweeps: %v ms per observation, lateness p99 %v ms", opt(wf.ListCPUMsPerObservation), opt(wf.ListLatenessP99Ms)))
 	row("watch.notify_cpu_ms_per_task_interval", opt(wf.NotifyCPUMsPerTaskInterval), fmt.Sprintf("notifications: %v polls per task-interval, lateness p99 %v ms against the safety net",
 		opt(wf.NotifyPollsPerTaskInterval), opt(wf.NotifyLatenessP99Ms)))
+	if p := wf.Paired; p != nil {
+		row("watch.paired_get_cpu_ratio", opt(p.GetRatio), fmt.Sprintf("÷ WaitForTask, %d tasks, alternating windows; target <= 1.0; per task-interval by round %v", p.Tasks, p.Rounds))
+		row("watch.paired_list_cpu_ratio", opt(p.ListRatio), "÷ WaitForTask, same windows; target <= 0.5")
+		row("watch.paired_notify_cpu_ratio", opt(p.NotifyRatio), "÷ WaitForTask, same windows; target <= 0.5")
+	}
 	row("watch.bytes_per_task", wf.BytesPerTask, "")
 	row("watch.long_lateness_p99_ms", opt(wf.LongLatenessP99Ms), fmt.Sprintf("%d tasks at %.0f s, one replica, %s; amplification %v, %v ms CPU per observation, %v B per task",
 		wf.LongTasks, wf.LongPollS, wf.LongMode, opt(wf.LongAmplification), opt(wf.LongCPUMsPerObservation), opt(wf.LongBytesPerTask)))

@@ -34,7 +34,7 @@ func TestSmoke(t *testing.T) {
 	var log strings.Builder
 	err := run(context.Background(), []string{"-database-url", pgtest.URL(t), "-out", out, "-operations", "3000", "-phase", "300ms",
 		"-watch-tasks", "20", "-watch-max", "30", "-watch-for", "1500ms",
-		"-long-tasks", "40", "-long-poll", "2s", "-long-for", "3s", "-toggles", "3", "-page-requests", "2"}, func(string) string { return "" }, &log)
+		"-long-tasks", "40", "-long-poll", "2s", "-long-for", "3s", "-toggles", "3", "-page-requests", "2", "-pair-rounds", "1"}, func(string) string { return "" }, &log)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, log.String())
 	}
@@ -77,6 +77,11 @@ func TestSmoke(t *testing.T) {
 	}
 	if r.Watch.WaitForTaskCPUMsPoll == nil || *r.Watch.WaitForTaskCPUMsPoll <= 0 || r.Watch.WaitForTaskAmplification == nil {
 		t.Errorf("WaitForTask figures missing: %+v", r.Watch)
+	}
+	// The CPU ratios come from alternating windows of WaitForTask and the watcher's three modes.
+	if p := r.Watch.Paired; p == nil || len(p.Rounds) != 1 || p.GetRatio == nil || p.ListRatio == nil || p.NotifyRatio == nil ||
+		*p.GetRatio <= 0 || len(p.Rounds[0]) != 4 {
+		t.Errorf("paired CPU figures: %+v", r.Watch.Paired)
 	}
 	if len(r.Watch.Steps) == 0 || len(r.Watch.WaitForTaskSteps) == 0 || r.Watch.LongTasks != 40 || r.Watch.LongAmplification == nil ||
 		r.Watch.ListCPUMsPerTaskInterval == nil || r.Watch.NotifyCPUMsPerTaskInterval == nil {

@@ -287,37 +287,16 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 	// The measured count's tasks again, read by a replica using tasks/list sweeps, then by one
 	// driven by status notifications.
 	first := ids[:e.o.WatchTasks]
+	e.watchIDs = first
 	for _, mode := range []watchMode{modeList, modeNotify} {
 		if !slices.Contains(e.o.WatchModes, string(mode)) {
 			continue
 		}
-		if err := e.handBack(ctx, "bench_watch1"); err != nil {
-			return err
-		}
-		if mode == modeNotify {
-			if err := e.notifyOnce(ctx, "rcvw"); err != nil {
-				return err
-			}
-		}
-		w, err := e.startWatcher(ctx, "bench-"+string(mode), mode)
+		m, every, err := e.modeWindow(ctx, mode, first)
 		if err != nil {
 			return err
 		}
-		e.dropOthers(ctx, "bench_watch1", first)
-		time.Sleep(3 * poll)
-		// Notifications drive the tasks: they are polled at the safety net (ten intervals
-		// here), and lateness is counted against it, over at least one of them.
-		every, span := poll, e.o.WatchFor
-		if mode == modeNotify {
-			every = 10 * poll
-			span = max(span, every+2*poll)
-		}
-		m, err := e.window(e.watchURL, first, every, span, true)
-		w.Stop()
-		if err != nil {
-			return err
-		}
-		perInterval := round3((m.selfMs + m.pgMs) / (float64(len(first)) * m.Seconds / poll.Seconds()))
+		perInterval := m.perTaskInterval(len(first), poll)
 		switch mode {
 		case modeList:
 			if m.Observations > 0 {
@@ -334,6 +313,42 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 			len(first), mode, m.LatenessP99Ms, m.Observations, perInterval, m.selfMs, m.pgMs, m.Seconds)
 	}
 	return e.handBack(ctx, "bench_watch1")
+}
+
+// modeWindow measures the tasks ids of bench_watch1 read by a new watcher replica in mode
+// after three intervals of warming up. Notifications drive the tasks: they are polled at the
+// safety net (ten intervals here), and lateness is counted against it, over at least one of
+// them; every is the interval lateness was counted against.
+func (e *env) modeWindow(ctx context.Context, mode watchMode, ids []string) (m measured, every time.Duration, err error) {
+	poll := e.o.WatchPoll
+	if err := e.handBack(ctx, "bench_watch1"); err != nil {
+		return m, 0, err
+	}
+	if mode == modeNotify {
+		if err := e.notifyOnce(ctx, "rcvw"); err != nil {
+			return m, 0, err
+		}
+	}
+	w, err := e.startWatcher(ctx, "bench-"+string(mode), mode)
+	if err != nil {
+		return m, 0, err
+	}
+	defer w.Stop()
+	e.dropOthers(ctx, "bench_watch1", ids)
+	time.Sleep(3 * poll)
+	every, span := poll, e.o.WatchFor
+	if mode == modeNotify {
+		every = 10 * poll
+		span = max(span, every+2*poll)
+	}
+	m, err = e.window(e.watchURL, ids, every, span, true)
+	return m, every, err
+}
+
+// perTaskInterval is the window's CPU (this process's, plus PostgreSQL's when measured) per
+// task kept watched for one poll interval: n tasks over the window's seconds.
+func (m measured) perTaskInterval(n int, poll time.Duration) float64 {
+	return round3((m.selfMs + m.pgMs) / (float64(n) * m.Seconds / poll.Seconds()))
 }
 
 // notifyOnce runs a short task on the watcher's connection to server, so the receiver sends
@@ -401,8 +416,10 @@ func (e *env) waitForTaskPhase(ctx context.Context, res *Results) error {
 	if _, err := c.Initialize(ctx, init); err != nil {
 		return err
 	}
+	// The search's waiters run until the search ends.
+	sctx, scancel := context.WithCancel(ctx)
 	var waiters sync.WaitGroup
-	defer func() { cancel(); waiters.Wait() }()
+	defer func() { scancel(); waiters.Wait() }()
 	wf := &res.Watch
 	var ids []string
 	ss := steps(e.o.WatchTasks, e.o.WatchMax)
@@ -413,7 +430,7 @@ func (e *env) waitForTaskPhase(ctx context.Context, res *Results) error {
 		}
 		for _, id := range more {
 			waiters.Go(func() {
-				_, _ = c.WaitForTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}}, poll)
+				_, _ = c.WaitForTask(sctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}}, poll)
 			})
 		}
 		ids = append(ids, more...)
@@ -436,7 +453,79 @@ func (e *env) waitForTaskPhase(ctx context.Context, res *Results) error {
 		}
 		wf.WaitForTaskMaxTasks1s = ptr(n)
 	}
-	return nil
+	scancel()
+	waiters.Wait()
+	return e.pairedCPU(ctx, c, res)
+}
+
+// pairedCPU measures, on the watch phase's first WatchTasks tasks, what keeping one of them
+// watched for one poll interval costs WaitForTask and the durable watcher in each mode the run
+// measures, in windows alternating within a round and in reverse order in the next (ABBA), so
+// that a machine whose speed drifts over minutes weighs on both alike: the watcher's CPU
+// ratios against WaitForTask's are read from these windows, not from searches run minutes
+// apart. WaitForTask's CPU is this process's; the watcher's adds PostgreSQL's.
+func (e *env) pairedCPU(ctx context.Context, c *client.Client, res *Results) error {
+	ids := e.watchIDs
+	if len(ids) == 0 || e.o.PairRounds <= 0 {
+		return nil // the watch phase did not run, or no pairs were asked for
+	}
+	poll := e.o.WatchPoll
+	sides := []string{"waitfortask", string(modeGet)}
+	for _, m := range []watchMode{modeList, modeNotify} {
+		if slices.Contains(e.o.WatchModes, string(m)) {
+			sides = append(sides, string(m))
+		}
+	}
+	sum := map[string]float64{}
+	p := &Paired{Tasks: len(ids)}
+	for r := range e.o.PairRounds {
+		order := slices.Clone(sides)
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		round := map[string]float64{}
+		for _, side := range order {
+			var m measured
+			var err error
+			if side == "waitfortask" {
+				m, err = e.waitForTaskWindow(ctx, c, ids)
+			} else {
+				m, _, err = e.modeWindow(ctx, watchMode(side), ids)
+			}
+			if err != nil {
+				return fmt.Errorf("paired %s window: %w", side, err)
+			}
+			round[side] = m.perTaskInterval(len(ids), poll)
+			sum[side] += round[side]
+		}
+		p.Rounds = append(p.Rounds, round)
+		fmt.Fprintf(e.o.Log, "bench: paired CPU per task-interval, round %d: %v\n", r+1, round)
+	}
+	ratio := func(side string) *float64 {
+		if sum[side] == 0 || sum["waitfortask"] == 0 {
+			return nil
+		}
+		return ptr(round2(sum[side] / sum["waitfortask"]))
+	}
+	p.GetRatio, p.ListRatio, p.NotifyRatio = ratio(string(modeGet)), ratio(string(modeList)), ratio(string(modeNotify))
+	res.Watch.Paired = p
+	return e.handBack(ctx, "bench_watch1")
+}
+
+// waitForTaskWindow watches ids with one WaitForTask each on c for a window, after three
+// intervals of warming up, and stops them.
+func (e *env) waitForTaskWindow(ctx context.Context, c *client.Client, ids []string) (measured, error) {
+	poll := e.o.WatchPoll
+	wctx, cancel := context.WithCancel(ctx)
+	var waiters sync.WaitGroup
+	defer func() { cancel(); waiters.Wait() }()
+	for _, id := range ids {
+		waiters.Go(func() {
+			_, _ = c.WaitForTask(wctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}}, poll)
+		})
+	}
+	time.Sleep(3 * poll)
+	return e.window(e.watchURL, ids, poll, e.o.WatchFor, false)
 }
 
 // longPhase watches LongTasks at LongPoll with one replica for LongFor, reading the server in
