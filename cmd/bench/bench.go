@@ -357,12 +357,12 @@ type env struct {
 	// watchURL and watch30URL are the authenticated receivers of the watch phases, suggesting
 	// WatchPoll and LongPoll (they offer tasks/list, as an authenticated server may).
 	watchURL, watch30URL string
-	// watchIDs are the watch phase's first WatchTasks tasks (of bench_watch1 on rcvw), which
-	// the waitfortask phase's paired windows watch again.
-	watchIDs []string
-	policy   *config.Config
-	servers  *operations.Servers
-	keys     atomic.Int64
+	// pairURL is the authenticated receiver of the paired CPU windows, suggesting WatchPoll:
+	// it holds their tasks only, so that a tasks/list sweep there lists what is measured.
+	pairURL string
+	policy  *config.Config
+	servers *operations.Servers
+	keys    atomic.Int64
 	// keyPrefix makes this run's idempotency keys its own (a kept database holds earlier runs').
 	keyPrefix string
 	// statements counts what the bench's pool sends to PostgreSQL.
@@ -415,6 +415,7 @@ servers:
   - {name: rcv, url: "%[1]s", era: legacy}
   - {name: rcvw, url: "%[4]s", era: legacy, token: {env: BENCH_WATCH_TOKEN}}
   - {name: rcvw30, url: "%[5]s", era: legacy, token: {env: BENCH_WATCH_TOKEN}}
+  - {name: rcvp, url: "%[6]s", era: legacy, token: {env: BENCH_WATCH_TOKEN}}
 workflows:
   - {name: bench_capped, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
      stage: full, max_ttl: 2h, owners: [ops], concurrency: %[2]d, backpressure: "429", retry_after: 1s}
@@ -427,6 +428,8 @@ workflows:
   - {name: bench_watch1, server: rcvw, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
      stage: full, max_ttl: 4h, owners: [ops]}
   - {name: bench_watch30, server: rcvw30, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
+     stage: full, max_ttl: 4h, owners: [ops]}
+  - {name: bench_pair, server: rcvp, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
      stage: full, max_ttl: 4h, owners: [ops]}
   - {name: bench_tight, server: rcv, tool: work_optional, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 2s},
      stage: full, max_ttl: 2h, owners: [ops], concurrency: %[3]d, backpressure: "429", retry_after: 1s}
@@ -526,13 +529,16 @@ func (e *env) setup(ctx context.Context) error {
 	if e.watch30URL, err = e.startReceiver(ctx, e.o.LongPoll, true); err != nil {
 		return err
 	}
+	if e.pairURL, err = e.startReceiver(ctx, e.o.WatchPoll, true); err != nil {
+		return err
+	}
 	capped := 1_000_000_000 // a cap that is never reached: the cap's cost without its refusals
-	if e.policy, err = config.Parse(fmt.Appendf(nil, benchPolicy, e.baseURL+"/mcp", capped, capTight, e.watchURL+"/mcp", e.watch30URL+"/mcp")); err != nil {
+	if e.policy, err = config.Parse(fmt.Appendf(nil, benchPolicy, e.baseURL+"/mcp", capped, capTight, e.watchURL+"/mcp", e.watch30URL+"/mcp", e.pairURL+"/mcp")); err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
 	e.servers = operations.NewServers(operations.ServersConfig{Policy: e.policy, Logger: e.o.Logger, Getenv: benchGetenv})
 	e.world = &world{}
-	return e.open(ctx, e.world, name, []string{"rcv", "rcvw", "rcvw30"})
+	return e.open(ctx, e.world, name, []string{"rcv", "rcvw", "rcvw30", "rcvp"})
 }
 
 // createDatabase creates the database name on the server at admin, or with keep reuses it

@@ -287,12 +287,11 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 	// The measured count's tasks again, read by a replica using tasks/list sweeps, then by one
 	// driven by status notifications.
 	first := ids[:e.o.WatchTasks]
-	e.watchIDs = first
 	for _, mode := range []watchMode{modeList, modeNotify} {
 		if !slices.Contains(e.o.WatchModes, string(mode)) {
 			continue
 		}
-		m, every, err := e.modeWindow(ctx, mode, first)
+		m, every, err := e.modeWindow(ctx, mode, watchTarget{"bench_watch1", "rcvw", e.watchURL}, first)
 		if err != nil {
 			return err
 		}
@@ -315,17 +314,20 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 	return e.handBack(ctx, "bench_watch1")
 }
 
-// modeWindow measures the tasks ids of bench_watch1 read by a new watcher replica in mode
-// after three intervals of warming up. Notifications drive the tasks: they are polled at the
-// safety net (ten intervals here), and lateness is counted against it, over at least one of
-// them; every is the interval lateness was counted against.
-func (e *env) modeWindow(ctx context.Context, mode watchMode, ids []string) (m measured, every time.Duration, err error) {
+// watchTarget is where a window's tasks are: their workflow, its server and the receiver's URL.
+type watchTarget struct{ workflow, server, url string }
+
+// modeWindow measures the tasks ids of at read by a new watcher replica in mode after three
+// intervals of warming up. Notifications drive the tasks: they are polled at the safety net
+// (ten intervals here), and lateness is counted against it, over at least one of them; every
+// is the interval lateness was counted against.
+func (e *env) modeWindow(ctx context.Context, mode watchMode, at watchTarget, ids []string) (m measured, every time.Duration, err error) {
 	poll := e.o.WatchPoll
-	if err := e.handBack(ctx, "bench_watch1"); err != nil {
+	if err := e.handBack(ctx, at.workflow); err != nil {
 		return m, 0, err
 	}
 	if mode == modeNotify {
-		if err := e.notifyOnce(ctx, "rcvw"); err != nil {
+		if err := e.notifyOnce(ctx, at.server); err != nil {
 			return m, 0, err
 		}
 	}
@@ -334,14 +336,14 @@ func (e *env) modeWindow(ctx context.Context, mode watchMode, ids []string) (m m
 		return m, 0, err
 	}
 	defer w.Stop()
-	e.dropOthers(ctx, "bench_watch1", ids)
+	e.dropOthers(ctx, at.workflow, ids)
 	time.Sleep(3 * poll)
 	every, span := poll, e.o.WatchFor
 	if mode == modeNotify {
 		every = 10 * poll
 		span = max(span, every+2*poll)
 	}
-	m, err = e.window(e.watchURL, ids, every, span, true)
+	m, err = e.window(at.url, ids, every, span, true)
 	return m, every, err
 }
 
@@ -400,22 +402,11 @@ func (e *env) waitForTaskPhase(ctx context.Context, res *Results) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	poll := e.o.WatchPoll
-	hc := &http.Client{Transport: mcpclient.NewHTTPClient(0).Transport}
-	c, err := client.NewStreamableHttpClient(e.watchURL+"/mcp", transport.WithHTTPBasicClient(hc),
-		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + benchToken}))
+	c, err := waitForTaskClient(ctx, e.watchURL)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = c.Close() }()
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		return err
-	}
 	// The search's waiters run until the search ends.
 	sctx, scancel := context.WithCancel(ctx)
 	var waiters sync.WaitGroup
@@ -455,21 +446,62 @@ func (e *env) waitForTaskPhase(ctx context.Context, res *Results) error {
 	}
 	scancel()
 	waiters.Wait()
-	return e.pairedCPU(ctx, c, res)
+	return e.pairedCPU(ctx, res)
 }
 
-// pairedCPU measures, on the watch phase's first WatchTasks tasks, what keeping one of them
-// watched for one poll interval costs WaitForTask and the durable watcher in each mode the run
-// measures, in windows alternating within a round and in reverse order in the next (ABBA), so
-// that a machine whose speed drifts over minutes weighs on both alike: the watcher's CPU
-// ratios against WaitForTask's are read from these windows, not from searches run minutes
-// apart. WaitForTask's CPU is this process's; the watcher's adds PostgreSQL's.
-func (e *env) pairedCPU(ctx context.Context, c *client.Client, res *Results) error {
-	ids := e.watchIDs
-	if len(ids) == 0 || e.o.PairRounds <= 0 {
-		return nil // the watch phase did not run, or no pairs were asked for
+// waitForTaskClient is an initialized mcp-go client of the authenticated receiver at base, on
+// the watcher's pooled HTTP transport.
+func waitForTaskClient(ctx context.Context, base string) (*client.Client, error) {
+	hc := &http.Client{Transport: mcpclient.NewHTTPClient(0).Transport}
+	c, err := client.NewStreamableHttpClient(base+"/mcp", transport.WithHTTPBasicClient(hc),
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + benchToken}))
+	if err != nil {
+		return nil, err
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
+	if err := c.Start(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// pairedCPU measures what keeping one of WatchTasks tasks watched for one poll interval costs
+// WaitForTask and the durable watcher in each mode the run measures, in windows alternating
+// within a round and in reverse order in the next (ABBA), so that a machine whose speed drifts
+// over minutes weighs on both alike: the watcher's CPU ratios against WaitForTask's are read
+// from these windows, not from searches run minutes apart. The tasks are on a receiver of
+// their own that holds nothing else (the searches leave thousands more on theirs, which a
+// tasks/list sweep would list too). WaitForTask's CPU is this process's; the watcher's adds
+// PostgreSQL's.
+func (e *env) pairedCPU(ctx context.Context, res *Results) error {
+	if e.o.PairRounds <= 0 {
+		return nil
 	}
 	poll := e.o.WatchPoll
+	at := watchTarget{"bench_pair", "rcvp", e.pairURL}
+	rows, err := e.createTaskRows(ctx, at.url, e.o.WatchTasks)
+	if err != nil {
+		return err
+	}
+	if err := e.ledgerTasks(ctx, at.workflow, at.server, rows, poll); err != nil {
+		return err
+	}
+	if err := e.parkOthers(ctx, at.workflow); err != nil {
+		return err
+	}
+	ids := taskIDs(rows)
+	c, err := waitForTaskClient(ctx, at.url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
 	sides := []string{"waitfortask", string(modeGet)}
 	for _, m := range []watchMode{modeList, modeNotify} {
 		if slices.Contains(e.o.WatchModes, string(m)) {
@@ -488,9 +520,11 @@ func (e *env) pairedCPU(ctx context.Context, c *client.Client, res *Results) err
 			var m measured
 			var err error
 			if side == "waitfortask" {
-				m, err = e.waitForTaskWindow(ctx, c, ids)
+				if err = e.handBack(ctx, at.workflow); err == nil {
+					m, err = e.waitForTaskWindow(ctx, c, at.url, ids)
+				}
 			} else {
-				m, _, err = e.modeWindow(ctx, watchMode(side), ids)
+				m, _, err = e.modeWindow(ctx, watchMode(side), at, ids)
 			}
 			if err != nil {
 				return fmt.Errorf("paired %s window: %w", side, err)
@@ -509,12 +543,12 @@ func (e *env) pairedCPU(ctx context.Context, c *client.Client, res *Results) err
 	}
 	p.GetRatio, p.ListRatio, p.NotifyRatio = ratio(string(modeGet)), ratio(string(modeList)), ratio(string(modeNotify))
 	res.Watch.Paired = p
-	return e.handBack(ctx, "bench_watch1")
+	return e.handBack(ctx, at.workflow)
 }
 
-// waitForTaskWindow watches ids with one WaitForTask each on c for a window, after three
-// intervals of warming up, and stops them.
-func (e *env) waitForTaskWindow(ctx context.Context, c *client.Client, ids []string) (measured, error) {
+// waitForTaskWindow watches ids with one WaitForTask each on c (a client of the receiver at
+// base) for a window, after three intervals of warming up, and stops them.
+func (e *env) waitForTaskWindow(ctx context.Context, c *client.Client, base string, ids []string) (measured, error) {
 	poll := e.o.WatchPoll
 	wctx, cancel := context.WithCancel(ctx)
 	var waiters sync.WaitGroup
@@ -525,7 +559,7 @@ func (e *env) waitForTaskWindow(ctx context.Context, c *client.Client, ids []str
 		})
 	}
 	time.Sleep(3 * poll)
-	return e.window(e.watchURL, ids, poll, e.o.WatchFor, false)
+	return e.window(base, ids, poll, e.o.WatchFor, false)
 }
 
 // longPhase watches LongTasks at LongPoll with one replica for LongFor, reading the server in
