@@ -139,3 +139,13 @@ func TestSeedIDIsAVersion7UUIDOfItsTime(t *testing.T) {
 		t.Fatalf("seed id %s holds %d ms, want %d", id, at, ms)
 	}
 }
+
+// The bare and floor calls create the Task a start of bench_capped creates: the same duration.
+func TestLongWorkArgumentsAgree(t *testing.T) {
+	var args struct {
+		DurationMs int64 `json:"duration_ms"`
+	}
+	if err := json.Unmarshal([]byte(longWork), &args); err != nil || args.DurationMs != longWorkMs {
+		t.Fatalf("longWork %s holds %d ms (%v), longWorkMs is %d", longWork, args.DurationMs, err, longWorkMs)
+	}
+}
