@@ -360,11 +360,9 @@ type env struct {
 	// pairURL is the authenticated receiver of the paired CPU windows, suggesting WatchPoll:
 	// it holds their tasks only, so that a tasks/list sweep there lists what is measured.
 	pairURL string
-	// settleTasks is set while the paired windows run: each window settles the tasks table.
-	settleTasks bool
-	policy      *config.Config
-	servers     *operations.Servers
-	keys        atomic.Int64
+	policy  *config.Config
+	servers *operations.Servers
+	keys    atomic.Int64
 	// keyPrefix makes this run's idempotency keys its own (a kept database holds earlier runs').
 	keyPrefix string
 	// statements counts what the bench's pool sends to PostgreSQL.

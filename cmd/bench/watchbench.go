@@ -292,7 +292,7 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 		if !slices.Contains(e.o.WatchModes, string(mode)) {
 			continue
 		}
-		m, every, err := e.modeWindow(ctx, mode, watchTarget{"bench_watch1", "rcvw", e.watchURL}, first)
+		m, every, err := e.modeWindow(ctx, mode, watchTarget{"bench_watch1", "rcvw", e.watchURL}, first, false)
 		if err != nil {
 			return err
 		}
@@ -319,15 +319,15 @@ func (e *env) watchPhase(ctx context.Context, res *Results) error {
 type watchTarget struct{ workflow, server, url string }
 
 // modeWindow measures the tasks ids of at read by a new watcher replica in mode after three
-// intervals of warming up. Notifications drive the tasks: they are polled at the safety net
+// intervals of warming up; with settled, the tasks table is vacuumed first (see settle). Notifications drive the tasks: they are polled at the safety net
 // (ten intervals here), and lateness is counted against it, over at least one of them; every
 // is the interval lateness was counted against.
-func (e *env) modeWindow(ctx context.Context, mode watchMode, at watchTarget, ids []string) (m measured, every time.Duration, err error) {
+func (e *env) modeWindow(ctx context.Context, mode watchMode, at watchTarget, ids []string, settled bool) (m measured, every time.Duration, err error) {
 	poll := e.o.WatchPoll
 	if err := e.handBack(ctx, at.workflow); err != nil {
 		return m, 0, err
 	}
-	if e.settleTasks {
+	if settled {
 		if err := e.settle(ctx, "tasks"); err != nil {
 			return m, 0, err
 		}
@@ -505,8 +505,6 @@ func (e *env) pairedCPU(ctx context.Context, res *Results) error {
 	if err := e.settle(ctx, ""); err != nil {
 		return err
 	}
-	e.settleTasks = true
-	defer func() { e.settleTasks = false }()
 	ids := taskIDs(rows)
 	c, err := waitForTaskClient(ctx, at.url)
 	if err != nil {
@@ -537,7 +535,7 @@ func (e *env) pairedCPU(ctx context.Context, res *Results) error {
 					}
 				}
 			} else {
-				m, _, err = e.modeWindow(ctx, watchMode(side), at, ids)
+				m, _, err = e.modeWindow(ctx, watchMode(side), at, ids, true)
 			}
 			if err != nil {
 				return fmt.Errorf("paired %s window: %w", side, err)
