@@ -915,8 +915,7 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 	var n atomic.Int64
 	m := e.cpuMeter()
 	ins, _, _, err := load(ctx, e.o.Clients, e.o.Phase, func(ctx context.Context) error {
-		_, err := e.pool.Exec(ctx, `INSERT INTO bench_inserts (tenant, k) VALUES ($1, $2)`, "acme", strconv.FormatInt(n.Add(1), 10))
-		return err
+		return e.plainInsert(ctx, strconv.FormatInt(n.Add(1), 10))
 	})
 	if err != nil {
 		return fmt.Errorf("inserts: %w", err)
@@ -1030,13 +1029,19 @@ func createLongTask(ctx context.Context, conn mcpclient.Conn) error {
 	return err
 }
 
+// plainInsert is the insert rate's unit, committed on its own: one row into bench_inserts.
+// The floor's commits are the same statement.
+func (e *env) plainInsert(ctx context.Context, k string) error {
+	_, err := e.pool.Exec(ctx, `INSERT INTO bench_inserts (tenant, k) VALUES ($1, $2)`, "acme", k)
+	return err
+}
+
 // betweenCommits wraps call in what a start cannot do without: a plain single-row insert
 // committed before it and another after it.
 func (e *env) betweenCommits(call func(context.Context, mcpclient.Conn) error) func(context.Context, mcpclient.Conn) error {
 	var n atomic.Int64
 	insert := func(ctx context.Context) error {
-		_, err := e.pool.Exec(ctx, `INSERT INTO bench_inserts (tenant, k) VALUES ($1, $2)`, "acme", "floor "+strconv.FormatInt(n.Add(1), 10))
-		return err
+		return e.plainInsert(ctx, "floor "+strconv.FormatInt(n.Add(1), 10))
 	}
 	return func(ctx context.Context, conn mcpclient.Conn) error {
 		if err := insert(ctx); err != nil {
