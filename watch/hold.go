@@ -30,9 +30,10 @@ type entry struct {
 	poke    bool
 	refresh bool
 	// polls are status reads not yet added to the stored count; moved marks a next poll not
-	// yet persisted.
-	polls int
-	moved bool
+	// yet persisted; wroteAt is when the flush last wrote them (zero: not since it was taken).
+	polls   int
+	moved   bool
+	wroteAt time.Time
 	// since is when this replica took the task (for the in-flight amplification).
 	since time.Time
 	// listKey names the connection whose tasks/list sweeps can observe the task (set by a
@@ -573,7 +574,10 @@ func (s *Service) counted(server, result string, es ...*entry) {
 }
 
 // flush persists, in one batch, the poll counts and next polls of the held tasks that changed
-// since the last flush (all of them when all is set, after the loops stopped), and sets the
+// since the last flush and were last written ProgressEvery ago or more (all of them when all
+// is set, after the loops stopped): a task polled every second is written every few seconds,
+// not at every flush, which is most of what a watcher writes (every row a version, every
+// version counted toward the table's autovacuum and autoanalyze). It sets the
 // in-flight amplification: reads made over reads due since the last flush, across every task
 // held. Tasks being read are left for the next flush.
 func (s *Service) flush(ctx context.Context, all bool) error {
@@ -599,11 +603,11 @@ func (s *Service) flush(ctx context.Context, all bool) error {
 				h.schedule(e, soon)
 			}
 		}
-		if e.reading || (!all && e.polls == 0 && !e.moved) {
+		if e.reading || (!all && ((e.polls == 0 && !e.moved) || now.Sub(e.wroteAt) < s.cfg.ProgressEvery)) {
 			continue
 		}
 		ps = append(ps, operations.Progress{ID: e.d.ID, Polls: e.polls, NextPollAt: e.due})
-		e.polls, e.moved = 0, false
+		e.polls, e.moved, e.wroteAt = 0, false, now
 	}
 	h.mu.Unlock()
 	if !s.lastFlush.IsZero() && due >= 1 {
@@ -618,7 +622,7 @@ func (s *Service) flush(ctx context.Context, all bool) error {
 		for _, p := range ps {
 			if e := h.tasks[p.ID]; e != nil {
 				e.polls += p.Polls
-				e.moved = true
+				e.moved, e.wroteAt = true, time.Time{}
 			}
 		}
 		h.mu.Unlock()

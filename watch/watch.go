@@ -74,8 +74,15 @@ type Config struct {
 	// 30s). While a replica beats, its holds need no renewal.
 	Lease time.Duration
 	// FlushEvery is how often the poll counts and next polls of held tasks are persisted in one
-	// batch (default 2s): the console's poll counts and next polls lag by at most this much.
+	// batch (default 2s). A task polled since its progress was last written is written at the
+	// first flush once ProgressEvery has passed since that write: the console's poll counts and
+	// next polls lag by at most ProgressEvery plus FlushEvery.
 	FlushEvery time.Duration
+	// ProgressEvery is the least time between two writes of one held task's progress (default
+	// 5s, at least FlushEvery): a task polled every second is written every 6 s rather than at
+	// every flush, a task polled every 30 s at the first flush after each poll. A change of the
+	// task and the end of its hold write it at once.
+	ProgressEvery time.Duration
 	// PollFloor is the shortest interval between polls of one task (default 250ms).
 	PollFloor time.Duration
 	// DefaultPoll is the interval when the server suggests none (default 1s).
@@ -166,6 +173,8 @@ func (c *Config) validate() error {
 	def(&c.Interval, 250*time.Millisecond)
 	def(&c.Lease, 30*time.Second)
 	def(&c.FlushEvery, 2*time.Second)
+	def(&c.ProgressEvery, 5*time.Second)
+	c.ProgressEvery = max(c.ProgressEvery, c.FlushEvery)
 	def(&c.PollFloor, 250*time.Millisecond)
 	def(&c.DefaultPoll, time.Second)
 	def(&c.MaxJitter, 100*time.Millisecond)

@@ -157,7 +157,7 @@ func (b *Bundle) Watcher(t testing.TB, replica string, tune func(*watch.Config))
 	passes := make(chan int, 1)
 	cfg := watch.Config{Store: b.Store, Servers: b.Servers, Policy: b.Policy, Operations: b.Ops, ReplicaID: replica,
 		Interval: 10 * time.Millisecond, PollFloor: 20 * time.Millisecond, DefaultPoll: 50 * time.Millisecond, Lease: 5 * time.Second,
-		UnobservableGrace: 300 * time.Millisecond, FlushEvery: 50 * time.Millisecond, Registerer: prometheus.NewRegistry(),
+		UnobservableGrace: 300 * time.Millisecond, FlushEvery: 50 * time.Millisecond, ProgressEvery: 50 * time.Millisecond, Registerer: prometheus.NewRegistry(),
 		AfterPass: func(n int) {
 			select {
 			case passes <- n:
