@@ -347,6 +347,10 @@ type env struct {
 	o       Options
 	log     io.Writer
 	cluster *pgcluster.Cluster
+	// pgRoot is the PostgreSQL server's postmaster when it runs on this machine (the private
+	// cluster's, or found from a backend of a -database-url server), 0 when unknown: its CPU
+	// and its children's are PostgreSQL's.
+	pgRoot int
 	// world is the console wired on this run's database (dbName on the server at dbURL).
 	*world
 	dbURL   string
@@ -520,6 +524,7 @@ func (e *env) setup(ctx context.Context) error {
 		}
 	}
 	e.dbURL, e.dbName = admin, name
+	e.pgRoot = postmasterOf(ctx, admin, e.cluster)
 	if e.baseURL, err = e.startReceiver(ctx, e.o.WatchPoll, false); err != nil {
 		return err
 	}

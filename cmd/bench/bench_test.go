@@ -53,6 +53,11 @@ func TestSmoke(t *testing.T) {
 	if r.Start.StatementsPerRun <= 0 || r.Start.UncachedStatements < r.Start.StatementsPerRun+2 {
 		t.Errorf("statements per start: %.2f with cached route inputs, %.2f without", r.Start.StatementsPerRun, r.Start.UncachedStatements)
 	}
+	// The test cluster runs on this machine: its postmaster is found from a backend, and
+	// PostgreSQL's CPU counts in the figures.
+	if r.Start.TaskCPU.Postgres <= 0 || r.Start.ScaleCPU.Postgres <= 0 {
+		t.Errorf("PostgreSQL's CPU not counted: %+v %+v", r.Start.TaskCPU, r.Start.ScaleCPU)
+	}
 	if r.Start.WAL.Bytes <= 0 || r.Start.ScaleWAL.Bytes <= 0 || r.Start.ScaleCPU.Total <= 0 {
 		t.Errorf("WAL or scale CPU figures missing: %+v %+v %+v", r.Start.WAL, r.Start.ScaleWAL, r.Start.ScaleCPU)
 	}

@@ -18,10 +18,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/auth"
+	"github.com/taskgate/taskgate/internal/pgcluster"
 	"github.com/taskgate/taskgate/killswitch"
 	"github.com/taskgate/taskgate/reconcile"
 	"github.com/taskgate/taskgate/web"
@@ -49,13 +51,62 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// postgresCPU is the CPU time of the private cluster's postmaster and its children (-1 when
-// the server is not this run's own).
+// postmasterOf is the pid of the postmaster of the server at admin: the private cluster's, or
+// the parent of a backend when the server runs on this machine (a loopback address, and the
+// backend's process visible here); 0 when it cannot be told.
+func postmasterOf(ctx context.Context, admin string, c *pgcluster.Cluster) int {
+	if c != nil {
+		return c.Pid()
+	}
+	cfg, err := pgx.ParseConfig(admin)
+	if err != nil {
+		return 0
+	}
+	if ip := net.ParseIP(cfg.Host); cfg.Host != "localhost" && !strings.HasPrefix(cfg.Host, "/") && (ip == nil || !ip.IsLoopback()) {
+		return 0
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	var backend int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return 0
+	}
+	_, ppid, ok := procStat(backend)
+	if !ok || ppid <= 1 {
+		return 0
+	}
+	return ppid
+}
+
+// procStat reads a process's fields after its name in /proc/pid/stat and its parent's pid.
+func procStat(pid int) (fields []string, ppid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return nil, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f, ppid, true
+}
+
+// postgresCPU is the CPU time of the server's postmaster and its children (-1 when the server
+// does not run on this machine).
 func (e *env) postgresCPU() time.Duration {
-	if e.cluster == nil {
+	root := e.pgRoot
+	if root <= 0 {
 		return -1
 	}
-	root := e.cluster.Pid()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return -1
@@ -67,21 +118,8 @@ func (e *env) postgresCPU() time.Duration {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 13 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		if pid != root && ppid != root {
+		f, ppid, ok := procStat(pid)
+		if !ok || (pid != root && ppid != root) {
 			continue
 		}
 		ut, _ := strconv.ParseInt(f[11], 10, 64)
@@ -103,17 +141,8 @@ func (e *env) receiverCPU() time.Duration {
 	if len(e.rcvs) == 0 || e.rcvs[0].cmd.Process == nil {
 		return -1
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(e.rcvs[0].cmd.Process.Pid) + "/stat")
-	if err != nil {
-		return -1
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
+	f, _, ok := procStat(e.rcvs[0].cmd.Process.Pid)
+	if !ok {
 		return -1
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
