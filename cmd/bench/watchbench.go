@@ -133,7 +133,7 @@ type measured struct {
 	windowFigures
 	selfMs, pgMs float64
 	// autovacuums is how many autovacuum and autoanalyze runs of the database's tables ended
-	// in the window (counted when pg is set): PostgreSQL's background work, in its CPU.
+	// in the window: PostgreSQL's background work, in its CPU when that is counted.
 	autovacuums int64
 }
 
@@ -143,16 +143,11 @@ func (e *env) window(base string, ids []string, interval, d time.Duration, pg bo
 	if err := e.openWindowAt(base, ids, interval); err != nil {
 		return m, err
 	}
-	var av0 int64
-	if pg {
-		av0 = e.autovacuums()
-	}
+	av0 := e.autovacuums()
 	self0, pg0 := selfCPU(), e.postgresCPU()
 	time.Sleep(d)
 	self1, pg1 := selfCPU(), e.postgresCPU()
-	if pg {
-		m.autovacuums = e.autovacuums() - av0
-	}
+	m.autovacuums = e.autovacuums() - av0
 	f, err := e.closeWindowAt(base)
 	if err != nil {
 		return m, err
