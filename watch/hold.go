@@ -369,6 +369,11 @@ func (h *hold) run(ctx context.Context, s *Service) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	var ready []*entry
+	// rate is the reads a second falling due, counted over the last second or more (counted
+	// of them since since): it sets how long a wake waits for the reads due together.
+	var rate float64
+	var counted int
+	since := time.Now()
 	for {
 		wait := time.Hour
 		if s.fenced() {
@@ -385,10 +390,13 @@ func (h *hold) run(ctx context.Context, s *Service) {
 				e.reading = true
 				ready = append(ready, e)
 			}
+			if counted += len(ready); now.Sub(since) >= time.Second {
+				rate, counted, since = float64(counted)/now.Sub(since).Seconds(), 0, now
+			}
 			if len(h.due) > 0 {
 				// The loop wakes a little after the next task falls due, so one wake takes the
 				// tasks due together: far fewer wakes of the loop and its pollers than one a task.
-				wait = h.due[0].due.Sub(now) + s.cfg.Coalesce
+				wait = h.due[0].due.Sub(now) + coalesceWait(s.cfg.Coalesce, rate)
 			}
 			h.sleepUntil = now.Add(wait)
 			var start []*entry
@@ -421,6 +429,22 @@ func (h *hold) run(ctx context.Context, s *Service) {
 		case <-h.wake:
 		}
 	}
+}
+
+// coalesceReads is how many reads one wake of the scheduler gathers once reads fall due fast
+// enough: a wake costs the same for 64 reads as for 600, and each read it waits for is late by
+// the wait.
+const coalesceReads = 64
+
+// coalesceWait is how long after the next task falls due the scheduler wakes, when rate reads
+// a second fall due: as long as coalesceReads take to fall due, at most longest (Coalesce). At
+// 1,000 reads a second that is longest (50 ms); at 11,000 it is 6 ms, where a fixed 50 ms
+// gathered 550 reads a wake and made each of them up to 50 ms late for no CPU it saved.
+func coalesceWait(longest time.Duration, rate float64) time.Duration {
+	if rate <= 0 {
+		return longest
+	}
+	return min(longest, time.Duration(coalesceReads/rate*float64(time.Second)))
 }
 
 // readServer reads e, then goes on with the reads queued for the same server, so the slot

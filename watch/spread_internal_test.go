@@ -30,3 +30,25 @@ func TestSpreadPaceLeavesRoomForASlowPage(t *testing.T) {
 		}
 	}
 }
+
+// TestCoalesceWaitShrinksWithTheRate: the scheduler waits Coalesce for the reads due together
+// while they come slowly, and only as long as 64 of them take to fall due once they come fast.
+func TestCoalesceWaitShrinksWithTheRate(t *testing.T) {
+	const longest = 50 * time.Millisecond
+	for _, c := range []struct {
+		rate float64
+		want time.Duration
+	}{
+		{0, longest},                       // not measured yet
+		{100, longest},                     // 64 reads take 640 ms
+		{1000, longest},                    // 64 ms
+		{1280, longest},                    // exactly 50 ms
+		{6400, 10 * time.Millisecond},      // 64 reads in 10 ms
+		{12800, 5 * time.Millisecond},      // in 5 ms
+		{64_000_000, 1 * time.Microsecond}, // a wake a microsecond at most
+	} {
+		if got := coalesceWait(longest, c.rate); got != c.want {
+			t.Errorf("%.0f reads a second: wait %v, want %v", c.rate, got, c.want)
+		}
+	}
+}

@@ -96,7 +96,8 @@ type Config struct {
 	// Coalesce is how long after a task falls due its read may wait, so that the reads due
 	// together start together (default a fifth of PollFloor, at most 50ms; at most PollFloor). One wake of the loop and its
 	// pollers then serves many reads instead of one: CPU per read falls to about half or less
-	// at a thousand reads a second. A read is never earlier for it, at most this much later.
+	// at a thousand reads a second. A read is never earlier for it, at most this much later;
+	// when reads fall due faster than 64 in Coalesce, a wake waits only for 64 of them.
 	Coalesce time.Duration
 	// UnobservableGrace is how long status reads may keep failing before the task becomes
 	// unobservable or expired (default 30s).
