@@ -55,9 +55,30 @@ type mcpGoPeer struct {
 	askTask chan string   // the test tells the "ask" handler its task id
 	release chan struct{} // closed at cleanup: ends "hang" handlers
 	answers chan string   // what "ask" received
-	// streamOpen is closed when a client opens the GET event stream.
+	// streamOpen is closed once a client opened the GET event stream and its session is
+	// registered with the server. mcp-go registers a session after answering its initialize
+	// (or when its GET stream comes first), and a notification for a session not registered
+	// yet is dropped: a task ending in between would never be reported.
 	streamOpen chan struct{}
-	streamOnce sync.Once
+	streamMu   sync.Mutex
+	gotGet     bool
+	registered bool
+}
+
+// streamEvent records a GET arriving or a session registering, and closes streamOpen once
+// both happened.
+func (p *mcpGoPeer) streamEvent(get bool) {
+	p.streamMu.Lock()
+	defer p.streamMu.Unlock()
+	was := p.gotGet && p.registered
+	if get {
+		p.gotGet = true
+	} else {
+		p.registered = true
+	}
+	if !was && p.gotGet && p.registered {
+		close(p.streamOpen)
+	}
 }
 
 // handler serves the peer over Streamable HTTP and signals streamOpen.
@@ -65,7 +86,7 @@ func (p *mcpGoPeer) handler() http.Handler {
 	inner := server.NewStreamableHTTPServer(p.srv)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
-			p.streamOnce.Do(func() { close(p.streamOpen) })
+			p.streamEvent(true)
 		}
 		inner.ServeHTTP(w, r)
 	})
@@ -77,7 +98,10 @@ func newMCPGoPeer(tb testing.TB, opts ...server.ServerOption) *mcpGoPeer {
 	if tb != nil {
 		tb.Cleanup(func() { close(p.release) })
 	}
-	base := []server.ServerOption{server.WithToolCapabilities(false), server.WithTaskCapabilities(true, true, true), server.WithElicitation()}
+	hooks := &server.Hooks{}
+	hooks.AddOnRegisterSession(func(context.Context, server.ClientSession) { p.streamEvent(false) })
+	base := []server.ServerOption{server.WithToolCapabilities(false), server.WithTaskCapabilities(true, true, true), server.WithElicitation(),
+		server.WithHooks(hooks)}
 	p.srv = server.NewMCPServer("mcpgo-peer", "1.2.1", append(base, opts...)...)
 	text := func(s string) *mcp.CallToolResult { return mcp.NewToolResultText(s) }
 	p.srv.AddTool(mcp.NewTool("echo", mcp.WithString("text"), mcp.WithReadOnlyHintAnnotation(true)),
