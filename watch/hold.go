@@ -369,8 +369,9 @@ func (h *hold) run(ctx context.Context, s *Service) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	var ready []*entry
-	// rate is the reads a second falling due, counted over the last second or more (counted
-	// of them since since): it sets how long a wake waits for the reads due together.
+	// rate is the reads a second falling due, measured over the last second or more (counted
+	// is how many fell due since the measuring began at since): it sets how long a wake waits
+	// for the reads due together.
 	var rate float64
 	var counted int
 	since := time.Now()
