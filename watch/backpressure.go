@@ -9,15 +9,16 @@ import (
 
 // backOff handles a read the server refused with backpressure (HTTP 429, or 503 with
 // Retry-After): the task's next poll is moved to when the server lets requests go again, so
-// no replica polls it sooner (the holder's next poll is persisted with its progress), and the
-// refusal does not count towards the task becoming unobservable (the server answered; its
-// deadline still bounds the watching). It reports whether err was backpressure.
+// no replica polls it sooner (the next flush persists it, however recently the task's progress
+// was written), and the refusal does not count towards the task becoming unobservable (the
+// server answered; its deadline still bounds the watching). It reports whether err was
+// backpressure.
 func (s *Service) backOff(ctx context.Context, e *entry, err error) bool {
 	until, ok := mcpclient.RetryAt(err)
 	if !ok {
 		return false
 	}
-	e.next = until
+	e.next, e.retry = until, true
 	s.log.Info("server asked to retry later", "operation", e.d.ID, "task", e.d.Task.TaskID, "server", e.d.Task.Server, "retry_at", until)
 	return true
 }

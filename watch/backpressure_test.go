@@ -7,6 +7,7 @@ import (
 
 	"github.com/taskgate/taskgate/internal/opstest"
 	"github.com/taskgate/taskgate/operations"
+	"github.com/taskgate/taskgate/watch"
 )
 
 // TestAThrottledServerIsPolledNoSoonerThanItsRetryAfter: while the server answers tasks/get
@@ -50,4 +51,35 @@ func TestAThrottledServerIsPolledNoSoonerThanItsRetryAfter(t *testing.T) {
 			t.Logf("%d refused, %d status reads in all", len(refused), len(gets))
 		})
 	}
+}
+
+// TestARetryAfterIsWrittenAtTheNextFlush: a task's progress was just written, so its next
+// write would wait ProgressEvery (here an hour); a Retry-After the server then sets is
+// written at the next flush all the same, so a replica that takes the task over from a
+// holder that died meanwhile does not poll before the server allows.
+func TestARetryAfterIsWrittenAtTheNextFlush(t *testing.T) {
+	t.Parallel()
+	b, proxy := behindProxy(t, "extension")
+	id := b.Start(t, "refund", "bp-retry-1", `{"outcome": "hang"}`).Response.OperationID
+	_, passes := b.Watcher(t, "r1", func(c *watch.Config) { c.ProgressEvery = time.Hour })
+	opstest.WaitFor(t, passes, 10*time.Second, "a first poll count written", func() bool { return b.Detail(t, id).Task.Polls > 0 })
+
+	const after = 3 * time.Second
+	b.Receiver.Knobs().ThrottleTasksGet(1, time.Time{}, after)
+	var refused time.Time
+	opstest.WaitFor(t, passes, 10*time.Second, "a tasks/get refused with 429", func() bool {
+		for _, m := range proxy.Messages() {
+			if m.Method == "tasks/get" && m.Dir == "response" && m.HTTPStatus == http.StatusTooManyRequests {
+				refused = m.At
+				return true
+			}
+		}
+		return false
+	})
+	want := refused.Add(after - 50*time.Millisecond)
+	opstest.WaitFor(t, passes, time.Second, "the server's retry time stored as the next poll", func() bool {
+		next := b.Detail(t, id).Task.NextPollAt
+		return next != nil && !next.Before(want)
+	})
+	t.Logf("refused at %s, next poll stored for %s", refused.Format(time.StampMilli), b.Detail(t, id).Task.NextPollAt.Format(time.StampMilli))
 }

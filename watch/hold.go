@@ -31,8 +31,11 @@ type entry struct {
 	refresh bool
 	// polls are status reads not yet added to the stored count; moved marks a next poll not
 	// yet persisted; wroteAt is when the flush last wrote them (zero: not since it was taken).
+	// retry marks a next poll the server set (Retry-After): the next flush writes it whatever
+	// ProgressEvery says, so a replica taking the task over does not poll before it.
 	polls   int
 	moved   bool
+	retry   bool
 	wroteAt time.Time
 	// since is when this replica took the task (for the in-flight amplification).
 	since time.Time
@@ -297,6 +300,7 @@ func (h *hold) delay(id string, at time.Time) bool {
 	} else {
 		h.schedule(e, at)
 	}
+	e.retry = true
 	return true
 }
 
@@ -628,11 +632,11 @@ func (s *Service) flush(ctx context.Context, all bool) error {
 				h.schedule(e, soon)
 			}
 		}
-		if e.reading || (!all && ((e.polls == 0 && !e.moved) || now.Sub(e.wroteAt) < s.cfg.ProgressEvery)) {
+		if e.reading || (!all && !e.retry && ((e.polls == 0 && !e.moved) || now.Sub(e.wroteAt) < s.cfg.ProgressEvery)) {
 			continue
 		}
 		ps = append(ps, operations.Progress{ID: e.d.ID, Polls: e.polls, NextPollAt: e.due})
-		e.polls, e.moved, e.wroteAt = 0, false, now
+		e.polls, e.moved, e.retry, e.wroteAt = 0, false, false, now
 	}
 	h.mu.Unlock()
 	if !s.lastFlush.IsZero() && due >= 1 {
@@ -647,7 +651,7 @@ func (s *Service) flush(ctx context.Context, all bool) error {
 		for _, p := range ps {
 			if e := h.tasks[p.ID]; e != nil {
 				e.polls += p.Polls
-				e.moved, e.wroteAt = true, time.Time{}
+				e.moved, e.wroteAt = true, time.Time{} // written at the next flush, retry or not
 			}
 		}
 		h.mu.Unlock()
