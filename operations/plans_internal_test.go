@@ -173,3 +173,31 @@ func TestListFiltersUseAnIndex(t *testing.T) {
 	}
 	check("3,000 operations dirty")
 }
+
+// TestTheProgressFlushReadsItsTasksByKey: a watcher's flush writes a thousand tasks or more of
+// a large ledger at a time. Planned for the ids it is given, it must read those tasks by key,
+// never the whole tasks table (a hash of every task, which the join alone was planned as).
+func TestTheProgressFlushReadsItsTasksByKey(t *testing.T) {
+	t.Parallel()
+	s := NewStore(pgtest.New(t))
+	ctx := context.Background()
+	seedLedger(t, s, 30000)
+	for _, n := range []int{10, 1000, 5000} {
+		rows, err := s.pool.Query(ctx, `SELECT operation_id::text FROM tasks ORDER BY random() LIMIT $1`, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		polls, next := make([]int64, len(ids)), make([]time.Time, len(ids))
+		for i := range ids {
+			polls[i], next[i] = 1, time.Now().Add(time.Second)
+		}
+		scans := planScans(t, s.pool, flushProgressSQL, ids, polls, next, "r1")
+		if strings.Contains(scans, "Seq Scan tasks") || !strings.Contains(scans, "tasks_pkey") {
+			t.Errorf("the flush of %d tasks of 30,000 reads %s, want the tasks by their key", len(ids), scans)
+		}
+	}
+}
