@@ -15,12 +15,12 @@ func (s *Store) Beat(ctx context.Context, replica string, staleAfter time.Durati
 	if replica == "" || staleAfter <= 0 {
 		return fmt.Errorf("beat: replica %q and a positive timeout are required", replica)
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO watcher_replicas (replica, stale_after_ms) VALUES ($1, $2)
-		ON CONFLICT (replica) DO UPDATE SET beat_at = now(), stale_after_ms = excluded.stale_after_ms`, replica, staleAfter.Milliseconds()); err != nil {
+	// One statement, one round trip: a replica beats every second or so, all day.
+	if _, err := s.pool.Exec(ctx, `WITH beat AS (INSERT INTO watcher_replicas (replica, stale_after_ms) VALUES ($1, $2)
+			ON CONFLICT (replica) DO UPDATE SET beat_at = now(), stale_after_ms = excluded.stale_after_ms RETURNING replica)
+		DELETE FROM watcher_replicas WHERE beat_at < now() - interval '1 day' AND replica NOT IN (SELECT replica FROM beat)`,
+		replica, staleAfter.Milliseconds()); err != nil {
 		return fmt.Errorf("beat of replica %s: %w", replica, err)
-	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM watcher_replicas WHERE beat_at < now() - interval '1 day'`); err != nil {
-		return fmt.Errorf("forget old replicas: %w", err)
 	}
 	return nil
 }

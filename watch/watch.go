@@ -439,17 +439,18 @@ func (s *Service) runOnce(loop context.Context) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(loop, s.cfg.PassTimeout)
 	defer cancel()
-	got, err := s.store.AcquireDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Interval, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll)
-	if err != nil {
-		return 0, err
-	}
-	s.hold.add(s, got)
-	if s.cfg.Operations != nil {
-		if _, err := s.cfg.Operations.FollowDueJobs(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease); err != nil {
-			return len(got), err
+	if s.cfg.Operations == nil {
+		got, err := s.store.AcquireDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Interval, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll)
+		if err != nil {
+			return 0, err
 		}
+		s.hold.add(s, got)
+		return len(got), nil
 	}
-	return len(got), nil
+	// The tasks and the jobs in one round trip; the tasks are held before the jobs are polled.
+	n, _, err := s.cfg.Operations.TakeDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Interval, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll,
+		func(got []operations.Acquired) { s.hold.add(s, got) })
+	return n, err
 }
 
 func (s *Service) workflow(name string) *config.Workflow {
