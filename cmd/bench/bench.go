@@ -45,6 +45,10 @@ type Options struct {
 	// created (and seeded) when missing and reused as it is, so a seeded ledger serves several
 	// runs. Empty: a database of this run's own, dropped at the end.
 	KeepDatabase string
+	// PGStatements has each paired CPU window log the statements PostgreSQL spent the most
+	// time on in it (pg_stat_statements: preloaded in the private cluster, and on a
+	// -database-url server it must be in shared_preload_libraries).
+	PGStatements bool
 	Out          string
 	// Operations is the ledger size of the scale phase; OpenTasks of them are still open and
 	// OpenItems are open reconciliation items.
@@ -499,7 +503,11 @@ func (e *env) setup(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Settings: map[string]string{"max_connections": "200"}, Logger: e.o.Logger})
+		settings := map[string]string{"max_connections": "200"}
+		if e.o.PGStatements {
+			settings["shared_preload_libraries"] = "pg_stat_statements"
+		}
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Settings: settings, Logger: e.o.Logger})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return fmt.Errorf("private PostgreSQL: %w", err)
@@ -543,7 +551,15 @@ func (e *env) setup(ctx context.Context) error {
 	}
 	e.servers = operations.NewServers(operations.ServersConfig{Policy: e.policy, Logger: e.o.Logger, Getenv: benchGetenv})
 	e.world = &world{}
-	return e.open(ctx, e.world, name, []string{"rcv", "rcvw", "rcvw30", "rcvp"})
+	if err := e.open(ctx, e.world, name, []string{"rcv", "rcvw", "rcvw30", "rcvp"}); err != nil {
+		return err
+	}
+	if e.o.PGStatements {
+		if _, err := e.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+			return fmt.Errorf("-pg-statements: %w", err)
+		}
+	}
+	return nil
 }
 
 // createDatabase creates the database name on the server at admin, or with keep reuses it

@@ -69,6 +69,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.DurationVar(&o.LongPoll, "long-poll", 0, "poll interval of the long run (default 30s)")
 	fs.DurationVar(&o.LongFor, "long-for", 0, "how long the long run is measured (default 65s; 32s quick)")
 	fs.IntVar(&o.Toggles, "toggles", 0, "kill switch engage/release rounds (default 50)")
+	fs.BoolVar(&o.PGStatements, "pg-statements", false, "log the statements PostgreSQL spent the most time on in each paired CPU window (pg_stat_statements)")
 	fs.IntVar(&o.PairRounds, "pair-rounds", 2, "rounds of the paired CPU windows (WaitForTask and the watcher's modes alternating; 0 = none)")
 	fs.IntVar(&o.PageRequests, "page-requests", 0, "requests per console page (default 40; 20 quick)")
 	modes := fs.String("watch-modes", "list,notify", "modes the watch phase measures besides tasks/get (list, notify; empty = none)")

@@ -103,16 +103,33 @@ func procStat(pid int) (fields []string, ppid int, ok bool) {
 // postgresCPU is the CPU time of the server's postmaster and its children (-1 when the server
 // does not run on this machine).
 func (e *env) postgresCPU() time.Duration {
+	by := e.postgresCPUByRole()
+	if by == nil {
+		return -1
+	}
+	var total time.Duration
+	for _, d := range by {
+		total += d
+	}
+	return total
+}
+
+// postgresCPUByRole is the CPU time of the server's processes by what they do, told from the
+// title PostgreSQL gives each: "backend" (the connections), "ended" (the children that ended,
+// whose time the postmaster gathered: closed connections, finished autovacuum workers),
+// "autovacuum", "checkpointer", "walwriter", "bgwriter" and "other" (the postmaster itself,
+// the launchers). Nil when the server does not run on this machine.
+func (e *env) postgresCPUByRole() map[string]time.Duration {
 	root := e.pgRoot
 	if root <= 0 {
-		return -1
+		return nil
 	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return -1
+		return nil
 	}
-	hz := int64(100) // USER_HZ on Linux
-	var total int64
+	const hz = 100 // USER_HZ on Linux
+	ticks := map[string]int64{}
 	for _, ent := range ents {
 		pid, err := strconv.Atoi(ent.Name())
 		if err != nil {
@@ -124,16 +141,38 @@ func (e *env) postgresCPU() time.Duration {
 		}
 		ut, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
-		total += ut + st
+		ticks[pgRole(pid, pid == root)] += ut + st
 		if pid == root && len(f) >= 15 {
-			// The backends that ended: the server reaps them, and their CPU adds to its
+			// The children that ended: the server reaps them, and their CPU adds to its
 			// children's (a connection the pool closed keeps counting).
 			cut, _ := strconv.ParseInt(f[13], 10, 64)
 			cst, _ := strconv.ParseInt(f[14], 10, 64)
-			total += cut + cst
+			ticks["ended"] += cut + cst
 		}
 	}
-	return time.Duration(total * int64(time.Second) / hz)
+	by := make(map[string]time.Duration, len(ticks))
+	for role, n := range ticks {
+		by[role] = time.Duration(n * int64(time.Second) / hz)
+	}
+	return by
+}
+
+// pgRole tells a PostgreSQL process's role from the title it shows in its command line.
+func pgRole(pid int, postmaster bool) string {
+	if postmaster {
+		return "other"
+	}
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	title := string(b)
+	for _, r := range []struct{ in, role string }{
+		{"autovacuum worker", "autovacuum"}, {"autovacuum launcher", "other"}, {"checkpointer", "checkpointer"},
+		{"walwriter", "walwriter"}, {"background writer", "bgwriter"}, {"launcher", "other"},
+	} {
+		if strings.Contains(title, r.in) {
+			return r.role
+		}
+	}
+	return "backend"
 }
 
 // receiverCPU is the CPU time of the main receiver's process (-1 when unknown).

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,6 +135,11 @@ func (e *env) startWatcher(ctx context.Context, name string, mode watchMode) (*w
 type measured struct {
 	windowFigures
 	selfMs, pgMs float64
+	// pgRoles is pgMs by the role of the PostgreSQL process that spent it (postgresCPUByRole).
+	pgRoles map[string]float64
+	// statements are the statements PostgreSQL spent the most time on in the window, with
+	// -pg-statements.
+	statements []string
 	// autovacuums is how many autovacuum and autoanalyze runs of the database's tables ended
 	// in the window: PostgreSQL's background work, in its CPU when that is counted.
 	autovacuums int64
@@ -143,21 +151,46 @@ func (e *env) window(base string, ids []string, interval, d time.Duration, pg bo
 	if err := e.openWindowAt(base, ids, interval); err != nil {
 		return m, err
 	}
+	traced := pg && e.o.PGStatements
+	if traced {
+		_, _ = e.pool.Exec(context.Background(), `SELECT pg_stat_statements_reset()`)
+	}
 	av0 := e.autovacuums()
-	self0, pg0 := selfCPU(), e.postgresCPU()
+	self0, pg0 := selfCPU(), e.postgresCPUByRole()
 	time.Sleep(d)
-	self1, pg1 := selfCPU(), e.postgresCPU()
+	self1, pg1 := selfCPU(), e.postgresCPUByRole()
 	m.autovacuums = e.autovacuums() - av0
+	if traced {
+		m.statements = e.topStatements(8)
+	}
 	f, err := e.closeWindowAt(base)
 	if err != nil {
 		return m, err
 	}
 	m.windowFigures = f
 	m.selfMs = float64(self1-self0) / float64(time.Millisecond)
-	if pg && pg0 >= 0 && pg1 >= 0 {
-		m.pgMs = float64(pg1-pg0) / float64(time.Millisecond)
+	if pg && pg0 != nil && pg1 != nil {
+		m.pgRoles = map[string]float64{}
+		for role, d := range pg1 {
+			ms := float64(d-pg0[role]) / float64(time.Millisecond)
+			m.pgRoles[role] = ms
+			m.pgMs += ms
+		}
 	}
 	return m, nil
+}
+
+// pgRoleText is the window's PostgreSQL CPU by role, in milliseconds, largest first.
+func (m measured) pgRoleText() string {
+	roles := slices.Collect(maps.Keys(m.pgRoles))
+	slices.SortFunc(roles, func(a, b string) int { return cmp.Compare(m.pgRoles[b], m.pgRoles[a]) })
+	var parts []string
+	for _, r := range roles {
+		if ms := m.pgRoles[r]; ms != 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", r, ms))
+		}
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 func (m measured) step(n int) Step {
@@ -363,6 +396,24 @@ func (e *env) modeWindow(ctx context.Context, mode watchMode, at watchTarget, id
 	return m, every, err
 }
 
+// topStatements describes the n statements PostgreSQL spent the most time on since
+// pg_stat_statements was last reset: calls, total and mean time, rows, and the text's start.
+func (e *env) topStatements(n int) []string {
+	rows, err := e.pool.Query(context.Background(), `SELECT format('%s calls, %s ms (%s ms each), %s rows: %s', calls,
+			round(total_exec_time::numeric + total_plan_time::numeric, 1), round((total_exec_time + total_plan_time)::numeric / greatest(calls, 1), 3), rows,
+			left(regexp_replace(query, '\s+', ' ', 'g'), 120))
+		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'
+		ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, n)
+	if err != nil {
+		return []string{"pg_stat_statements: " + err.Error()}
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return []string{"pg_stat_statements: " + err.Error()}
+	}
+	return out
+}
+
 // autovacuums is how many autovacuum and autoanalyze runs of the database's tables have ended
 // (0 when it cannot be read).
 func (e *env) autovacuums() int64 {
@@ -560,8 +611,11 @@ func (e *env) pairedCPU(ctx context.Context, res *Results) error {
 			}
 			round[side] = m.perTaskInterval(len(ids), poll)
 			sum[side] += round[side]
-			fmt.Fprintf(e.o.Log, "bench: paired %s window: %.3f ms CPU per task-interval (console %.0f ms + PostgreSQL %.0f ms over %.1f s; %d autovacuum runs ended in it)\n",
-				side, round[side], m.selfMs, m.pgMs, m.Seconds, m.autovacuums)
+			fmt.Fprintf(e.o.Log, "bench: paired %s window: %.3f ms CPU per task-interval (console %.0f ms + PostgreSQL %.0f ms %s over %.1f s; %d autovacuum runs ended in it)\n",
+				side, round[side], m.selfMs, m.pgMs, m.pgRoleText(), m.Seconds, m.autovacuums)
+			for _, st := range m.statements {
+				fmt.Fprintf(e.o.Log, "bench:     %s\n", st)
+			}
 		}
 		p.Rounds = append(p.Rounds, round)
 		fmt.Fprintf(e.o.Log, "bench: paired CPU per task-interval, round %d: %v\n", r+1, round)
