@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/taskgate/taskgate/internal/opstest"
-	"github.com/taskgate/taskgate/internal/pgtest"
 	"github.com/taskgate/taskgate/operations"
 )
 
@@ -18,23 +15,14 @@ import (
 // takes its marks, and one after a reconciliation count change folds it in.
 func TestAnIdleCompactionIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	tracer := &roundTrips{}
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, tracer := tracedPool(t)
 	b := opstest.Setup(t, opstest.Options{Pool: pool})
 	if _, err := b.Store.CompactOverview(ctx); err != nil { // whatever the setup marked
 		t.Fatal(err)
 	}
 	var n int
+	var err error
 	sent, _ := tracer.count(func() {
 		if n, err = b.Store.CompactOverview(ctx); err != nil {
 			t.Fatal(err)
@@ -69,22 +57,13 @@ func TestAnIdleCompactionIsOneRoundTrip(t *testing.T) {
 // pass that finds a due task takes it and reads it, and hands it to the hold.
 func TestAWatcherPassIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	tracer := &roundTrips{}
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, tracer := tracedPool(t)
 	b := opstest.Setup(t, opstest.Options{Pool: pool})
 	id := b.Start(t, "refund", "pass-1", `{"outcome": "hang"}`).Response.OperationID
 	pass := func() (held []operations.Acquired, tasks int, sent []string) {
 		sent, _ = tracer.count(func() {
+			var err error
 			if tasks, _, err = b.Ops.TakeDue(ctx, "r1", 64, time.Hour, time.Minute, 250*time.Millisecond, time.Second,
 				func(got []operations.Acquired) { held = got }); err != nil {
 				t.Fatal(err)

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/taskgate/taskgate/internal/pgtest"
 	"github.com/taskgate/taskgate/operations"
 )
 
@@ -19,18 +16,8 @@ import (
 // that beat within the day.
 func TestABeatIsOneRoundTripAndForgetsReplicasGoneForADay(t *testing.T) {
 	t.Parallel()
-	tracer := &roundTrips{}
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = tracer
 	ctx := context.Background()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, tracer := tracedPool(t)
 	st := operations.NewStore(pool)
 	for _, r := range []string{"gone", "back", "recent", "beating"} {
 		if err := st.Beat(ctx, r, time.Minute); err != nil {

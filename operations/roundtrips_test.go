@@ -102,6 +102,23 @@ func (c *roundTrips) TraceBatchEnd(_ context.Context, conn *pgx.Conn, _ pgx.Trac
 	}
 }
 
+// tracedPool is a pool on a fresh migrated database whose round trips tracer counts.
+func tracedPool(t *testing.T) (*pgxpool.Pool, *roundTrips) {
+	t.Helper()
+	tracer := &roundTrips{}
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, tracer
+}
+
 func (c *roundTrips) count(f func()) (sent, commits []string) {
 	c.mu.Lock()
 	c.on, c.sent, c.commits, c.inTx, c.batch = true, nil, nil, map[*pgx.Conn]bool{}, map[*pgx.Conn]*batchTrace{}
@@ -122,17 +139,7 @@ func (c *roundTrips) count(f func()) (sent, commits []string) {
 // from being given before it is durable.
 func TestRoundTripsPerStart(t *testing.T) {
 	t.Parallel()
-	tracer := &roundTrips{}
-	cfg, err := pgxpool.ParseConfig(pgtest.New(t).Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, tracer := tracedPool(t)
 	b := opstest.Setup(t, opstest.Options{Pool: pool, Extra: `
   - {name: capped, server: rcv, tool: work_required, effect: effectful, task_use: required, fallback: {kind: reject},
      concurrency: 100, backpressure: "429", retry_after: 1s, owners: [ops], idempotency_argument: idempotency_key}
