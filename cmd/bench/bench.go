@@ -254,6 +254,14 @@ type StartFigures struct {
 	FloorSyncPerS  float64    `json:"floor_sync_per_s"`
 	FloorSyncCPU   CPUPerUnit `json:"floor_sync_cpu_ms"`
 	SyncFloorRatio float64    `json:"sync_floor_ratio"`
+	// The ledger alone: what a capped Task start writes (the cap's reservation, the operation
+	// with its task and call marker, then the created task), through the same Store calls and
+	// the same pool, with no MCP call, no route and no answer built. LedgerRatio (÷ the insert
+	// rate) bounds start.ratio whatever the call costs, as the floor bounds it whatever the
+	// bookkeeping costs.
+	LedgerTasksPerS float64    `json:"ledger_tasks_per_s"`
+	LedgerTaskCPU   CPUPerUnit `json:"ledger_task_cpu_ms"`
+	LedgerRatio     float64    `json:"ledger_ratio"`
 	// RowsPerStart is the rows a Task start wrote, over every table (the ledger, the console's
 	// read model, the live-update queue; see RowsPerUnit). A plain insert writes one.
 	RowsPerStart RowsPerUnit `json:"rows_per_start"`
@@ -980,6 +988,9 @@ func (e *env) startPhase(ctx context.Context, res *Results) error {
 	if err := e.floorTasks(ctx, s); err != nil {
 		return err
 	}
+	if err := e.ledgerStarts(ctx, s); err != nil {
+		return err
+	}
 	m = e.cpuMeter()
 	sy, slat, errs3, _ := load(ctx, e.o.Clients, e.o.Phase, e.startOne("bench_sync", `{}`))
 	res.Start.SyncCPU = m.per(sy * e.o.Phase.Seconds())
@@ -1042,6 +1053,66 @@ func (e *env) floorTasks(ctx context.Context, s *StartFigures) error {
 	rate, cpu, err := e.bareCalls(ctx, s, "committed task creation", e.betweenCommits(createLongTask))
 	s.FloorTasksPerS, s.FloorTaskCPU, s.FloorRatio = round2(rate), cpu, round2(rate/s.InsertsPerS)
 	return err
+}
+
+// ledgerStarts measures the ledger writes of a capped Task start alone: 4 clients each reserve a
+// slot of bench_capped's cap and write the operation, its creating task and its call marker
+// (Store.CreateOperation, one commit), then record the created task (Store.RecordCreated,
+// the second commit), with the decision a real start of the workflow was given and a task id
+// of their own. The tasks are recorded working and not due for a day, so no watcher reads them.
+func (e *env) ledgerStarts(ctx context.Context, s *StartFigures) error {
+	wf, ok := e.policy.Workflow("bench_capped")
+	if !ok {
+		return errors.New("ledger: no bench_capped workflow")
+	}
+	// The decision a start of the workflow is given now.
+	k := e.keys.Add(1)
+	first, err := e.ops.Start(ctx, operations.Scope{All: true}, operations.StartRequest{IdempotencyKey: e.keyPrefix + strconv.FormatInt(k, 10),
+		Workflow: wf.Name, Tenant: "acme", Actor: "app:bench", ObjectRef: "bench " + strconv.FormatInt(k, 10), Arguments: []byte(longWork)})
+	if err != nil {
+		return fmt.Errorf("ledger: first start: %w", err)
+	}
+	if first.Response.Route != operations.RouteTask {
+		return fmt.Errorf("ledger: bench_capped took route %s", first.Response.Route)
+	}
+	d := operations.Decision{Route: operations.RouteTask, ReasonCode: first.Response.ReasonCode, Reason: first.Response.Reason}
+	ttl := wf.MaxTTL.Duration
+	store := e.ops.Store()
+	one := func(ctx context.Context) error {
+		k := e.keys.Add(1)
+		req := operations.StartRequest{IdempotencyKey: e.keyPrefix + strconv.FormatInt(k, 10), Workflow: wf.Name,
+			Tenant: []string{"acme", "globex"}[k%2], Actor: "app:bench", ObjectRef: "bench " + strconv.FormatInt(k, 10),
+			Arguments: []byte(longWork)}
+		hash, err := operations.RequestHash(req)
+		if err != nil {
+			return err
+		}
+		ins := operations.Insert{Request: req, Hash: hash, Arguments: req.Arguments, Decision: d, PolicySHA: e.policy.SHA256,
+			Task: &operations.NewTaskRow{Server: wf.Server, Tool: wf.Tool, RequestedTTL: &ttl}, Sending: wf.Budgets.Create.Timeout.Duration,
+			CapacityLimit: wf.Concurrency}
+		full := ins
+		ins.Capacity = func(int) (operations.Insert, error) { return full, nil }
+		op, existing, err := store.CreateOperation(ctx, ins)
+		if err != nil {
+			return err
+		}
+		if existing {
+			return fmt.Errorf("ledger: key %s was used before", req.IdempotencyKey)
+		}
+		now := time.Now()
+		_, err = store.RecordCreated(ctx, op.ID, operations.CreatedTask{TaskID: "ledger-" + e.keyPrefix + strconv.FormatInt(k, 10),
+			Era: string(mcpclient.EraLegacy), State: operations.StateWorking, StatusMessage: "working", ServerName: "bench", ServerVersion: "1",
+			CreatedAt: now, UpdatedAt: now, TTL: &ttl, PollInterval: time.Second, Deadline: now.Add(ttl), NextPollAt: now.Add(24 * time.Hour)})
+		return err
+	}
+	m := e.cpuMeter()
+	rate, _, errs, ferr := load(ctx, e.o.Clients, e.o.Phase, one)
+	s.Errors += errs
+	if rate == 0 {
+		return fmt.Errorf("no ledger write succeeded: %v", ferr)
+	}
+	s.LedgerTasksPerS, s.LedgerTaskCPU, s.LedgerRatio = round2(rate), m.per(rate*e.o.Phase.Seconds()), round2(rate/s.InsertsPerS)
+	return nil
 }
 
 // createLongTask creates bench_capped's Task as a start does, working for longWork.
@@ -1434,6 +1505,8 @@ func printTable(w io.Writer, r *Results) {
 	}
 	row("start.floor_ratio", s.FloorRatio, fmt.Sprintf("the task creation between two committed inserts: %.0f/s, %s; the start reaches %.2f of it",
 		s.FloorTasksPerS, cpu(s.FloorTaskCPU), ofFloor(s.TasksPerS, s.FloorTasksPerS)))
+	row("start.ledger_ratio", s.LedgerRatio, fmt.Sprintf("a capped Task start's ledger writes alone, no call: %.0f/s, %s; the start reaches %.2f of it",
+		s.LedgerTasksPerS, cpu(s.LedgerTaskCPU), ofFloor(s.TasksPerS, s.LedgerTasksPerS)))
 	row("start.sync_floor_ratio", s.SyncFloorRatio, fmt.Sprintf("the plain call between two committed inserts: %.0f/s, %s; the sync start reaches %.2f of it",
 		s.FloorSyncPerS, cpu(s.FloorSyncCPU), ofFloor(s.SyncPerS, s.FloorSyncPerS)))
 	row("start.scale_ratio", s.ScaleRatio, fmt.Sprintf("%.0f/s at %d operations against %.0f/s on an empty ledger, alternated; rounds %v; target >= 0.9",

@@ -68,7 +68,8 @@ func TestSmoke(t *testing.T) {
 	}
 	// The floor (each call between two committed inserts) is measured too, and the scale ratio
 	// against an empty ledger alternated with the seeded one, every round of it.
-	if r.Start.FloorTasksPerS <= 0 || r.Start.FloorRatio <= 0 || r.Start.FloorSyncPerS <= 0 || r.Start.SyncFloorRatio <= 0 {
+	if r.Start.FloorTasksPerS <= 0 || r.Start.FloorRatio <= 0 || r.Start.FloorSyncPerS <= 0 || r.Start.SyncFloorRatio <= 0 ||
+		r.Start.LedgerTasksPerS <= 0 || r.Start.LedgerRatio <= 0 || r.Start.LedgerTaskCPU.Postgres <= 0 {
 		t.Errorf("floor figures: %+v", r.Start)
 	}
 	if r.Start.ScaleEmptyPerS <= 0 || len(r.Start.ScaleRounds) != scaleRounds || r.Start.ScaleEmptyCPU.Total <= 0 || r.Start.ScaleEmptyWAL.Bytes <= 0 {
@@ -111,7 +112,7 @@ func TestSmoke(t *testing.T) {
 		raw[sec] = m
 	}
 	for _, k := range []string{"start.inserts_per_s", "start.tasks_per_s", "start.ratio", "start.scale_ratio", "start.p99_ms",
-		"start.call_ceiling_ratio", "start.sync_call_ceiling_ratio", "start.rows_per_start", "start.floor_ratio", "start.sync_floor_ratio",
+		"start.call_ceiling_ratio", "start.sync_call_ceiling_ratio", "start.rows_per_start", "start.floor_ratio", "start.sync_floor_ratio", "start.ledger_ratio",
 		"start.scale_empty_tasks_per_s", "start.scale_ratio_rounds",
 		"watch.max_tasks_1s", "watch.waitfortask_max_tasks_1s", "watch.cpu_ms_per_observation", "watch.waitfortask_cpu_ms_per_poll",
 		"watch.bytes_per_task", "watch.amplification", "killswitch.p99_ms", "console.p95_ms"} {
