@@ -125,6 +125,8 @@ type Config struct {
 type Service struct {
 	cfg Config
 	inputHolders
+	// reads bounds the job status reads in flight (ReadJobs).
+	reads jobReads
 }
 
 // NewService returns a Service; Store, Policy and Servers are required.
@@ -664,10 +666,12 @@ func (s *Service) submitJob(ctx context.Context, op Operation, wf *config.Workfl
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", op.ID)
-	if wf.Fallback.Credential != nil {
-		if tok, err := wf.Fallback.Credential.Resolve(func(string) string { return "" }); err == nil && tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
+	if err := s.jobAuth(req, wf); err != nil {
+		// Nothing is sent: the job API would refuse the job without its credential.
+		log.Error("job API credential", "err", err)
+		_, _ = s.cfg.Store.pool.Exec(ctx, `UPDATE job_runs SET status = 'refused', error = $2, updated_at = now() WHERE operation_id = $1`, op.ID, safeMessage(err))
+		s.refuse(ctx, op, "job not submitted: "+safeMessage(err), true)
+		return
 	}
 	if err := s.cfg.Store.MarkSending(ctx, op.ID, wf.Budgets.Create.Timeout.Duration); err != nil {
 		log.Error("mark the job submission sending; not sent", "err", err)
@@ -782,30 +786,20 @@ func (s *Service) jobLost(ctx context.Context, opID, job string) {
 	}
 }
 
-// FollowDueJobs polls up to n due jobs once each for replica and reports how many it polled.
-func (s *Service) FollowDueJobs(ctx context.Context, replica string, n int, lease time.Duration) (int, error) {
-	rows, err := s.cfg.Store.pool.Query(ctx, claimJobsSQL, s.claimJobsArgs(replica, n, lease)...)
-	if err != nil {
-		return 0, fmt.Errorf("claim due jobs: %w", err)
-	}
-	list, err := collectDueJobs(rows)
-	if err != nil {
-		return 0, err
-	}
-	s.pollJobs(ctx, list)
-	return len(list), nil
-}
-
 // TakeDue is a watcher pass: the tasks replica takes into its hold (Store.AcquireDue) and the
-// due jobs it follows (FollowDueJobs), both claimed in one round trip. A replica passes four
-// times a second, all day, and an idle pass is now one exchange with the database, not two.
-// The two claims commit together; when either fails, neither is taken. The tasks taken go to
-// hold before the jobs are polled, so a slow job API delays no task. It returns how many
-// tasks and jobs it took.
-func (s *Service) TakeDue(ctx context.Context, replica string, n int, ahead, lease, floor, defPoll time.Duration, hold func([]Acquired)) (int, int, error) {
+// due jobs it is to read (ReadJobs), both claimed in one round trip. A replica passes four
+// times a second, all day, and an idle pass is one exchange with the database. The two claims
+// commit together; when either fails, neither is taken. The tasks taken go to hold before
+// TakeDue returns; the jobs are only claimed, as many as this process has reads free for
+// (maxJobReads), and each holds its read until ReadJobs is done with it. It returns how many
+// tasks it took and the jobs.
+func (s *Service) TakeDue(ctx context.Context, replica string, n int, ahead, lease, floor, defPoll time.Duration, hold func([]Acquired)) (int, DueJobs, error) {
 	b := &pgx.Batch{}
 	b.Queue(acquireDueSQL, acquireDueArgs(replica, n, ahead, lease, floor, defPoll)...)
-	b.Queue(claimJobsSQL, s.claimJobsArgs(replica, n, lease)...)
+	free, busy := s.reads.reserve(n)
+	if free > 0 {
+		b.Queue(claimJobsSQL, s.claimJobsArgs(replica, free, lease, busy)...)
+	}
 	br := s.cfg.Store.pool.SendBatch(ctx, b)
 	tk, jobs, err := func() ([]taken, []dueJob, error) {
 		rows, err := br.Query()
@@ -813,8 +807,8 @@ func (s *Service) TakeDue(ctx context.Context, replica string, n int, ahead, lea
 			return nil, nil, fmt.Errorf("acquire due tasks: %w", err)
 		}
 		tk, err := collectTaken(rows)
-		if err != nil {
-			return nil, nil, err
+		if err != nil || free == 0 {
+			return tk, nil, err
 		}
 		if rows, err = br.Query(); err != nil {
 			return nil, nil, fmt.Errorf("claim due jobs: %w", err)
@@ -828,56 +822,32 @@ func (s *Service) TakeDue(ctx context.Context, replica string, n int, ahead, lea
 		err = fmt.Errorf("take due tasks and jobs: %w", cerr)
 	}
 	if err != nil {
-		return 0, 0, err
+		s.reads.took(nil, free)
+		return 0, DueJobs{}, err
 	}
+	s.reads.took(jobs, free)
+	due := DueJobs{list: jobs, replica: replica}
 	got, err := s.cfg.Store.loadTaken(ctx, tk)
 	if err != nil {
-		return 0, 0, err
+		// The jobs stay claimed: their reads are still to be made.
+		return 0, due, err
 	}
 	hold(got)
-	s.pollJobs(ctx, jobs)
-	return len(got), len(jobs), nil
+	return len(got), due, nil
 }
 
-// claimJobsSQL claims up to $2 due jobs for replica $1 for $3 ms, their next poll $4 ms out.
+// claimJobsSQL claims up to $2 due jobs for replica $1 for $3 ms, their next poll $4 ms out,
+// leaving out those of the operations $5 (the jobs this process is reading already).
 const claimJobsSQL = `
 		WITH due AS (SELECT operation_id FROM job_runs WHERE status IN ('queued','running') AND next_poll_at <= now()
 			AND (lease_expires_at IS NULL OR lease_expires_at < now() OR lease_owner = $1)
+			AND NOT (operation_id = ANY($5::text[]::uuid[]))
 			ORDER BY next_poll_at LIMIT $2 FOR UPDATE SKIP LOCKED)
 		UPDATE job_runs j SET lease_owner = $1, lease_expires_at = now() + $3 * interval '1 millisecond', polls = j.polls + 1,
 			next_poll_at = now() + $4 * interval '1 millisecond'
-		FROM due WHERE j.operation_id = due.operation_id RETURNING j.operation_id, j.base_url, j.job_id`
+		FROM due WHERE j.operation_id = due.operation_id
+		RETURNING j.operation_id, j.base_url, j.job_id, (SELECT o.workflow FROM operations o WHERE o.id = j.operation_id)`
 
-func (s *Service) claimJobsArgs(replica string, n int, lease time.Duration) []any {
-	return []any{replica, n, lease.Milliseconds(), s.cfg.DefaultPoll.Milliseconds()}
-}
-
-// pollJobs asks the job API about each claimed job once and records what it answers.
-func (s *Service) pollJobs(ctx context.Context, list []dueJob) {
-	for _, d := range list {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(d.base, "/")+"/jobs/"+url.PathEscape(d.job), nil)
-		if err != nil {
-			continue
-		}
-		resp, err := s.cfg.JobClient.Do(req)
-		if err != nil {
-			continue // polled again after the interval
-		}
-		var j jobAnswer
-		derr := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&j)
-		resp.Body.Close()
-		j.ID = d.job // the job asked about, whatever id the answer names
-		if resp.StatusCode == http.StatusNotFound {
-			// The job API no longer knows the job (it lost its state): the effect may or may
-			// not have happened, so the outcome is unknown and a person is asked; never resent.
-			s.jobLost(ctx, d.op, d.job)
-			continue
-		}
-		if resp.StatusCode != http.StatusOK || derr != nil || !j.usable() {
-			continue // polled again after the interval; an unusable answer is never stored
-		}
-		if err := s.cfg.Store.UpdateJob(ctx, d.op, j, s.cfg.Now().Add(s.cfg.DefaultPoll), SourcePoll); err != nil {
-			s.cfg.Logger.Error("record job status", "operation", d.op, "err", err)
-		}
-	}
+func (s *Service) claimJobsArgs(replica string, n int, lease time.Duration, busy []string) []any {
+	return []any{replica, n, lease.Milliseconds(), s.cfg.DefaultPoll.Milliseconds(), busy}
 }

@@ -1458,11 +1458,17 @@ func (s *Store) AckCancel(ctx context.Context, opID string, also ...TxFunc) erro
 	})
 }
 
-type dueJob struct{ op, base, job string }
+// dueJob is a job a watcher pass claimed: its operation, job API, job id and workflow.
+type dueJob struct{ op, base, job, workflow string }
 
 func collectDueJobs(rows pgx.Rows) ([]dueJob, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueJob, error) {
 		var d dueJob
-		return d, r.Scan(&d.op, &d.base, &d.job)
+		var wf *string
+		err := r.Scan(&d.op, &d.base, &d.job, &wf)
+		if wf != nil {
+			d.workflow = *wf
+		}
+		return d, err
 	})
 }

@@ -225,6 +225,9 @@ type Service struct {
 	bg      context.Context
 	awaits  map[string]*awaitRun // legacy tasks/result waits running, by operation id
 	awaitWG sync.WaitGroup
+	// jobReads are the passes' job status reads (operations.Service.ReadJobs), which run
+	// beside the loop so that a job API that stops answering never holds a pass.
+	jobReads sync.WaitGroup
 
 	hold hold // the tasks this replica holds, their next polls and their reads
 
@@ -392,6 +395,7 @@ func (s *Service) halt() bool {
 	cancel()
 	<-done
 	s.hold.reads.Wait()
+	s.jobReads.Wait()
 	s.awaitWG.Wait()
 	return true
 }
@@ -447,9 +451,13 @@ func (s *Service) runOnce(loop context.Context) (int, error) {
 		s.hold.add(s, got)
 		return len(got), nil
 	}
-	// The tasks and the jobs in one round trip; the tasks are held before the jobs are polled.
-	n, _, err := s.cfg.Operations.TakeDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Interval, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll,
+	// The tasks and the jobs in one round trip; the tasks are held at once, the jobs read beside
+	// the loop, under the loop's context, not the pass's.
+	n, jobs, err := s.cfg.Operations.TakeDue(ctx, s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Interval, s.cfg.Lease, s.cfg.PollFloor, s.cfg.DefaultPoll,
 		func(got []operations.Acquired) { s.hold.add(s, got) })
+	if jobs.Len() > 0 {
+		s.jobReads.Go(func() { s.cfg.Operations.ReadJobs(loop, jobs) })
+	}
 	return n, err
 }
 

@@ -6,6 +6,7 @@ package opstest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -50,6 +51,9 @@ type Options struct {
 	// Token, when set, makes the receiver authenticated (the token is tenant acme's; an
 	// authenticated 2025-11-25 receiver offers tasks/list) and the policy's server send it.
 	Token string
+	// Env is the environment the policy's secrets are read from (env: NAME), besides the
+	// token's.
+	Env map[string]string
 }
 
 // Policy is the test policy: one workflow per route. %[1]s is the MCP URL, %[2]s the base
@@ -88,17 +92,16 @@ func Setup(t testing.TB, o Options) *Bundle {
 	if rc.DefaultPollInterval == 0 {
 		rc.DefaultPollInterval = 50 * time.Millisecond
 	}
-	policy, getenv := Policy+o.Extra, func(string) string { return "" }
+	policy, env := Policy+o.Extra, maps.Clone(o.Env)
 	if o.Token != "" {
 		rc.Tokens = map[string]receiver.Identity{o.Token: {Tenant: "acme", Actor: "app:opstest"}}
 		policy = strings.Replace(policy, "era: %[3]s}", "era: %[3]s, token: {env: OPSTEST_TOKEN}}", 1)
-		getenv = func(k string) string {
-			if k == "OPSTEST_TOKEN" {
-				return o.Token
-			}
-			return ""
+		if env == nil {
+			env = map[string]string{}
 		}
+		env["OPSTEST_TOKEN"] = o.Token
 	}
+	getenv := func(k string) string { return env[k] }
 	rcv := receiver.New(rc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
