@@ -387,3 +387,27 @@ func stripTags(seg string) string {
 	}
 	return regexp.MustCompile(`<[^>]*>`).ReplaceAllString(seg, "")
 }
+
+// A job's failed status read says why on the operation's page, as data: escaped, and only
+// while there is a reason.
+func TestAJobsFailedReadSaysWhyOnItsPage(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t)
+	id := e.start(t, "acme", "payout", "jr-1", `{}`)
+	_, body := e.do(t, "viewer", http.MethodGet, "/operations/"+id, nil)
+	if !has(body, "job") || has(body, "job-error") {
+		t.Fatalf("a job with no failed read:\n%s", testidText(body, "job", "dd"))
+	}
+	// A reason as a failed read records it, with markup a job API's answer could carry.
+	reason := `status read failed: HTTP 503 <img src=x onerror=alert(1)>`
+	if _, err := e.pool.Exec(context.Background(), `UPDATE job_runs SET error = $2 WHERE operation_id = $1`, id, reason); err != nil {
+		t.Fatal(err)
+	}
+	_, body = e.do(t, "viewer", http.MethodGet, "/operations/"+id, nil)
+	if cell := testidText(body, "job-error", "div"); !strings.Contains(cell, html.EscapeString(reason)) {
+		t.Errorf("the failed read's reason is not on the page:\n%s", cell)
+	}
+	if strings.Contains(body, "<img src=x") {
+		t.Error("the job's error reached the page unescaped")
+	}
+}
