@@ -109,12 +109,10 @@ func (d DueJobs) Len() int { return len(d.list) }
 // its lease). A job over its API's bound is handed back unread.
 func (s *Service) ReadJobs(ctx context.Context, jobs DueJobs) {
 	var wg sync.WaitGroup
-	var back []string
 	var unread []dueJob
 	for _, d := range jobs.list {
 		if !s.reads.admit(d) {
 			unread = append(unread, d)
-			back = append(back, d.op)
 			continue
 		}
 		wg.Go(func() {
@@ -122,8 +120,9 @@ func (s *Service) ReadJobs(ctx context.Context, jobs DueJobs) {
 			s.readJob(ctx, d, jobs.replica)
 		})
 	}
-	if len(back) > 0 {
-		s.handBack(ctx, back, jobs.replica)
+	if len(unread) > 0 {
+		// Handed back before they leave the reads: no claim takes them meanwhile.
+		s.handBack(ctx, unread, jobs.replica)
 		for _, d := range unread {
 			s.reads.done(d, false)
 		}
@@ -134,9 +133,13 @@ func (s *Service) ReadJobs(ctx context.Context, jobs DueJobs) {
 // handBack gives claimed jobs back unread: the claim's count of reads is taken back and the
 // lease let go, also when ctx ended meanwhile, so that the page counts only reads made; the
 // next read is due at the interval the claim set.
-func (s *Service) handBack(ctx context.Context, ops []string, replica string) {
+func (s *Service) handBack(ctx context.Context, jobs []dueJob, replica string) {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	ops := make([]string, len(jobs))
+	for i, d := range jobs {
+		ops[i] = d.op
+	}
 	if _, err := s.cfg.Store.pool.Exec(hctx, `UPDATE job_runs SET polls = greatest(polls - 1, 0), lease_owner = NULL, lease_expires_at = NULL
 		WHERE operation_id = ANY($1::text[]::uuid[]) AND lease_owner = $2`, ops, replica); err != nil {
 		s.cfg.Logger.Error("hand back unread jobs", "jobs", len(ops), "err", err)
@@ -156,7 +159,7 @@ func (s *Service) readJob(ctx context.Context, d dueJob, replica string) {
 	defer cancel()
 	j, status, err := s.getJob(rctx, wf, d)
 	if err != nil && ctx.Err() != nil {
-		s.handBack(ctx, []string{d.op}, replica)
+		s.handBack(ctx, []dueJob{d}, replica)
 		return
 	}
 	// What was read is recorded even if ctx ends now: the watcher waits for its reads.
