@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -96,6 +97,9 @@ type Service struct {
 	log *slog.Logger
 
 	life lifecycle.Loop
+	// inflight bounds the verifications in flight; work waits for them when the loop ends.
+	inflight verifications
+	work     sync.WaitGroup
 }
 
 // New validates cfg and returns a stopped Service.
@@ -122,6 +126,9 @@ func (s *Service) Stop() {
 func (s *Service) loop(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	// Stop waits for the verifications the passes started; ctx ending cuts them short, and a
+	// check or item cut short stays leased until its lease ends.
+	defer s.work.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -139,38 +146,44 @@ func (s *Service) loop(ctx context.Context) {
 	}
 }
 
-// runOnce finds operations to verify, verifies a batch of them, then re-verifies a batch of
-// due items. It returns how many checks and items it handled.
+// runOnce finds operations to verify and claims a batch of them, then a batch of due items,
+// as many as this process has verifications free, and starts verifying each beside the loop,
+// under the loop's context. It returns how many checks and items it claimed.
 func (s *Service) runOnce(ctx context.Context) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PassTimeout)
 	defer cancel()
-	if err := s.enqueue(ctx); err != nil {
+	if err := s.enqueue(pctx); err != nil {
 		return 0, err
 	}
-	checks, err := s.claimChecks(ctx)
+	free := s.inflight.reserve(s.cfg.BatchSize)
+	checks, err := s.claimChecks(pctx, free)
+	s.inflight.release(free - len(checks))
 	if err != nil {
 		return 0, err
 	}
-	n := 0
 	for _, c := range checks {
-		if err := s.check(ctx, c); err != nil {
-			s.log.Error("verify operation", "operation", c.opID, "err", err)
-			continue
-		}
-		n++
+		s.work.Go(func() {
+			defer s.inflight.release(1)
+			if err := s.check(ctx, c); err != nil && ctx.Err() == nil {
+				s.log.Error("verify operation", "operation", c.opID, "err", err)
+			}
+		})
 	}
-	items, err := s.claimItems(ctx)
+	free = s.inflight.reserve(s.cfg.BatchSize)
+	items, err := s.claimItems(pctx, free)
+	s.inflight.release(free - len(items))
 	if err != nil {
-		return n, err
+		return len(checks), err
 	}
 	for _, it := range items {
-		if err := s.reverify(ctx, it); err != nil {
-			s.log.Error("re-verify item", "item", it.pub, "err", err)
-			continue
-		}
-		n++
+		s.work.Go(func() {
+			defer s.inflight.release(1)
+			if err := s.reverify(ctx, it); err != nil && ctx.Err() == nil {
+				s.log.Error("re-verify item", "item", it.pub, "err", err)
+			}
+		})
 	}
-	return n, nil
+	return len(checks) + len(items), nil
 }
 
 // enqueue adds an outcome check for every operation still pending whose task ended (and its
@@ -195,14 +208,17 @@ func (s *Service) enqueue(ctx context.Context) error {
 
 type check struct{ opID, trigger string }
 
-func (s *Service) claimChecks(ctx context.Context) ([]check, error) {
+func (s *Service) claimChecks(ctx context.Context, n int) ([]check, error) {
+	if n <= 0 {
+		return nil, nil
+	}
 	rows, err := s.cfg.Pool.Query(ctx, `
 		WITH due AS (SELECT operation_id FROM outcome_checks
 			WHERE done_at IS NULL AND next_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at < now())
 			ORDER BY next_at LIMIT $2 FOR UPDATE SKIP LOCKED)
 		UPDATE outcome_checks c SET lease_owner = $1, lease_expires_at = now() + $3 * interval '1 millisecond'
 		FROM due WHERE c.operation_id = due.operation_id RETURNING c.operation_id, c.trigger`,
-		s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease.Milliseconds())
+		s.cfg.ReplicaID, n, s.cfg.Lease.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim outcome checks: %w", err)
 	}
@@ -246,6 +262,11 @@ func (s *Service) workflow(name string) *config.Workflow {
 // retries while the system of record cannot be reached.
 func (s *Service) ask(ctx context.Context, opID string, f facts) (Answer, int, error) {
 	wf := s.workflow(f.workflow)
+	system := systemOf(wf, f)
+	if !s.inflight.ask(system) {
+		return Answer{}, 0, errSystemBusy
+	}
+	defer s.inflight.asked(system)
 	sub := Subject{OperationID: opID, Workflow: wf, JobID: f.jobID, JobBase: f.jobBase}
 	var a Answer
 	var err error
@@ -323,6 +344,12 @@ func (s *Service) check(ctx context.Context, c check) error {
 	if f.outcome == "pending" {
 		var verr error
 		a, attempt, verr = s.ask(ctx, c.opID, f)
+		if errors.Is(verr, errSystemBusy) {
+			// Unasked: a later pass takes it again.
+			_, err := s.cfg.Pool.Exec(ctx, `UPDATE outcome_checks SET lease_owner = NULL, lease_expires_at = NULL
+				WHERE operation_id = $1 AND lease_owner = $2 AND done_at IS NULL`, c.opID, s.cfg.ReplicaID)
+			return err
+		}
 		if verr != nil && !errors.Is(verr, ErrNoVerifier) {
 			return verr
 		}
@@ -429,7 +456,10 @@ type dueItem struct {
 	attempts int
 }
 
-func (s *Service) claimItems(ctx context.Context) ([]dueItem, error) {
+func (s *Service) claimItems(ctx context.Context, n int) ([]dueItem, error) {
+	if n <= 0 {
+		return nil, nil
+	}
 	rows, err := s.cfg.Pool.Query(ctx, `
 		WITH due AS (SELECT id FROM reconciliation_items
 			WHERE state = 'verifying' AND closed_at IS NULL AND next_verify_at <= now()
@@ -438,7 +468,7 @@ func (s *Service) claimItems(ctx context.Context) ([]dueItem, error) {
 		UPDATE reconciliation_items r SET verify_owner = $1, verify_lease_expires_at = now() + $3 * interval '1 millisecond',
 			attempts = r.attempts + 1
 		FROM due WHERE r.id = due.id RETURNING r.id, r.public_id::text, r.operation_id, r.attempts`,
-		s.cfg.ReplicaID, s.cfg.BatchSize, s.cfg.Lease.Milliseconds())
+		s.cfg.ReplicaID, n, s.cfg.Lease.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim due items: %w", err)
 	}
@@ -483,6 +513,12 @@ func (s *Service) reverify(ctx context.Context, d dueItem) error {
 	wf := s.workflow(f.workflow)
 	src := sourceOf(wf)
 	a, attempt, verr := s.ask(ctx, d.opID, f)
+	if errors.Is(verr, errSystemBusy) {
+		// Unasked: the claim's attempt is taken back and a later pass takes it again.
+		_, err := s.cfg.Pool.Exec(ctx, `UPDATE reconciliation_items SET attempts = greatest(attempts - 1, 0), verify_owner = NULL,
+			verify_lease_expires_at = NULL WHERE id = $1 AND verify_owner = $2`, d.id, s.cfg.ReplicaID)
+		return err
+	}
 	if verr != nil && !errors.Is(verr, ErrNoVerifier) {
 		return verr
 	}
