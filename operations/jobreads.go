@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/internal/inflight"
 )
 
 // Job status reads run beside the watchers' passes, never in them: a job API that stops
@@ -29,22 +30,25 @@ const (
 	defaultJobReadTimeout = 10 * time.Second
 )
 
-// jobReads counts the job status reads this process has claimed or has in flight.
+// jobReads counts the job status reads this process has claimed or has in flight, and the
+// operations whose jobs they are.
 type jobReads struct {
-	mu     sync.Mutex
-	total  int             // reserved, claimed or in flight
-	perAPI map[string]int  // in flight, by job API base URL
-	ops    map[string]bool // the operations of the jobs claimed or in flight
+	bound inflight.Bound
+	mu    sync.Mutex
+	ops   map[string]bool
+}
+
+func newJobReads() *jobReads {
+	return &jobReads{bound: inflight.Bound{Total: maxJobReads, PerKey: maxJobReadsPerAPI}, ops: map[string]bool{}}
 }
 
 // reserve takes up to n reads for a claim and returns how many it took, and the operations
 // whose jobs are claimed or in flight already (the claim leaves them out: a job is never read
 // twice at once).
 func (r *jobReads) reserve(n int) (int, []string) {
+	k := r.bound.Reserve(n)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := max(0, min(n, maxJobReads-r.total))
-	r.total += k
 	busy := make([]string, 0, len(r.ops))
 	for op := range r.ops {
 		busy = append(busy, op)
@@ -54,42 +58,26 @@ func (r *jobReads) reserve(n int) (int, []string) {
 
 // took records the jobs a claim of reserved reads took and gives back the reads it did not use.
 func (r *jobReads) took(jobs []dueJob, reserved int) {
+	r.bound.Release(reserved - len(jobs))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.total -= reserved - len(jobs)
-	if r.ops == nil {
-		r.ops = map[string]bool{}
-	}
 	for _, d := range jobs {
 		r.ops[d.op] = true
 	}
 }
 
 // admit starts the read of a claimed job, unless its job API has maxJobReadsPerAPI in flight.
-func (r *jobReads) admit(d dueJob) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.perAPI[d.base] >= maxJobReadsPerAPI {
-		return false
-	}
-	if r.perAPI == nil {
-		r.perAPI = map[string]int{}
-	}
-	r.perAPI[d.base]++
-	return true
-}
+func (r *jobReads) admit(d dueJob) bool { return r.bound.Enter(d.base) }
 
 // done ends a claimed job's read (admitted says admit started it) and frees its place.
 func (r *jobReads) done(d dueJob, admitted bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if admitted {
-		if r.perAPI[d.base]--; r.perAPI[d.base] <= 0 {
-			delete(r.perAPI, d.base)
-		}
+		r.bound.Leave(d.base)
 	}
+	r.mu.Lock()
 	delete(r.ops, d.op)
-	r.total--
+	r.mu.Unlock()
+	r.bound.Release(1)
 }
 
 // DueJobs are the jobs a watcher pass claimed (TakeDue). Each holds one of the process's job

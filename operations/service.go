@@ -126,7 +126,7 @@ type Service struct {
 	cfg Config
 	inputHolders
 	// reads bounds the job status reads in flight (ReadJobs).
-	reads jobReads
+	reads *jobReads
 }
 
 // NewService returns a Service; Store, Policy and Servers are required.
@@ -155,7 +155,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{cfg: cfg}, nil
+	return &Service{cfg: cfg, reads: newJobReads()}, nil
 }
 
 // Store returns the service's store.

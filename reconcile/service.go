@@ -17,6 +17,7 @@ import (
 
 	"github.com/taskgate/taskgate/audit"
 	"github.com/taskgate/taskgate/config"
+	"github.com/taskgate/taskgate/internal/inflight"
 	"github.com/taskgate/taskgate/internal/lifecycle"
 )
 
@@ -98,7 +99,7 @@ type Service struct {
 
 	life lifecycle.Loop
 	// inflight bounds the verifications in flight; work waits for them when the loop ends.
-	inflight verifications
+	inflight *inflight.Bound
 	work     sync.WaitGroup
 }
 
@@ -107,7 +108,8 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, log: cfg.Logger.With("component", "reconcile", "replica", cfg.ReplicaID)}, nil
+	return &Service{cfg: cfg, log: cfg.Logger.With("component", "reconcile", "replica", cfg.ReplicaID),
+		inflight: &inflight.Bound{Total: maxVerifications, PerKey: maxVerificationsPerSystem}}, nil
 }
 
 // Start starts the loop; it returns an error if the service is running.
@@ -155,29 +157,29 @@ func (s *Service) runOnce(ctx context.Context) (int, error) {
 	if err := s.enqueue(pctx); err != nil {
 		return 0, err
 	}
-	free := s.inflight.reserve(s.cfg.BatchSize)
+	free := s.inflight.Reserve(s.cfg.BatchSize)
 	checks, err := s.claimChecks(pctx, free)
-	s.inflight.release(free - len(checks))
+	s.inflight.Release(free - len(checks))
 	if err != nil {
 		return 0, err
 	}
 	for _, c := range checks {
 		s.work.Go(func() {
-			defer s.inflight.release(1)
+			defer s.inflight.Release(1)
 			if err := s.check(ctx, c); err != nil && ctx.Err() == nil {
 				s.log.Error("verify operation", "operation", c.opID, "err", err)
 			}
 		})
 	}
-	free = s.inflight.reserve(s.cfg.BatchSize)
+	free = s.inflight.Reserve(s.cfg.BatchSize)
 	items, err := s.claimItems(pctx, free)
-	s.inflight.release(free - len(items))
+	s.inflight.Release(free - len(items))
 	if err != nil {
 		return len(checks), err
 	}
 	for _, it := range items {
 		s.work.Go(func() {
-			defer s.inflight.release(1)
+			defer s.inflight.Release(1)
 			if err := s.reverify(ctx, it); err != nil && ctx.Err() == nil {
 				s.log.Error("re-verify item", "item", it.pub, "err", err)
 			}
@@ -263,10 +265,10 @@ func (s *Service) workflow(name string) *config.Workflow {
 func (s *Service) ask(ctx context.Context, opID string, f facts) (Answer, int, error) {
 	wf := s.workflow(f.workflow)
 	system := systemOf(wf, f)
-	if !s.inflight.ask(system) {
+	if !s.inflight.Enter(system) {
 		return Answer{}, 0, errSystemBusy
 	}
-	defer s.inflight.asked(system)
+	defer s.inflight.Leave(system)
 	sub := Subject{OperationID: opID, Workflow: wf, JobID: f.jobID, JobBase: f.jobBase}
 	var a Answer
 	var err error
