@@ -2,6 +2,7 @@ package manifests_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -259,4 +260,61 @@ workflows:
 	}
 	p.Stop()
 	p.Stop() // idempotent
+}
+
+// A server that takes the probe's request and never answers delays no other server's probe:
+// the prober probes the due servers together, each under its own timeout.
+func TestASilentServerDelaysNoOtherProbe(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read to the end, so that the server sees the prober hang up (it watches the
+		// connection only once the body is read), then never answer.
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	}))
+	t.Cleanup(silent.Close)
+	peer := httptest.NewServer(server.NewStreamableHTTPServer(mcptest.MCPGoServer(true)))
+	t.Cleanup(peer.Close)
+	policy, err := config.Parse([]byte(`servers:
+  - name: silent
+    url: ` + silent.URL + `
+  - name: peer
+    url: ` + peer.URL + `
+owners: [{name: team}]
+workflows:
+  - {name: report, server: peer, tool: report, effect: read_only, task_use: preferred, fallback: {kind: sync, max_duration: 5s}, owners: [team]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan manifests.Result, 4)
+	p, err := manifests.NewProber(manifests.ProberConfig{Policy: policy, Store: manifests.NewStore(pool), Timeout: 3 * time.Second,
+		OnProbe: func(r manifests.Result) { results <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	var order []string
+	for len(order) < 2 {
+		select {
+		case r := <-results:
+			order = append(order, r.Server)
+			if r.Server == "peer" && r.Err != nil {
+				t.Fatalf("the answering server's probe failed: %v", r.Err)
+			}
+			if r.Server == "silent" && r.Err == nil {
+				t.Fatal("the silent server's probe succeeded")
+			}
+		case <-ctx.Done():
+			t.Fatal("the start probes did not end")
+		}
+	}
+	if order[0] != "peer" {
+		t.Errorf("probes ended in the order %v: the answering server waited for the silent one's timeout", order)
+	}
 }

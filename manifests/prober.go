@@ -176,8 +176,12 @@ func (p *Prober) untilNext() time.Duration {
 	return max(wait, 10*time.Millisecond)
 }
 
-// runOnce probes every due server, each under the per-probe timeout, one after another (errors
-// are logged and recorded; the loop goes on).
+// maxProbes bounds the probes one pass runs at once.
+const maxProbes = 8
+
+// runOnce probes every due server, each under the per-probe timeout, up to maxProbes at once,
+// so that a server that stops answering delays no other server's probe (errors are logged and
+// recorded; the loop goes on). It returns when every probe it started ended.
 func (p *Prober) runOnce(ctx context.Context, trigger Trigger) {
 	now := p.cfg.Now()
 	var due []config.Server
@@ -190,11 +194,19 @@ func (p *Prober) runOnce(ctx context.Context, trigger Trigger) {
 		}
 	}
 	p.mu.Unlock()
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxProbes)
+	defer wg.Wait()
 	for _, s := range due {
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return
+		case slots <- struct{}{}:
 		}
-		_, _ = p.probe(ctx, s, Probe{Trigger: trigger})
+		wg.Go(func() {
+			defer func() { <-slots }()
+			_, _ = p.probe(ctx, s, Probe{Trigger: trigger})
+		})
 	}
 }
 
